@@ -1,0 +1,44 @@
+# moelab: every target creates .venv and installs into it first, so a fresh machine needs nothing else.
+# CPU machines take torch==2.13.0 from local disk before the project; its range then pulls nothing more.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_FLAGS ?=
+
+.PHONY: install test test-fast test-gpu lint bench demo clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## the whole suite but `gpu` tests (skipped without CUDA), `slow` ones included
+test: install
+	$(VENV)/bin/pytest $(PYTEST_FLAGS)
+
+## the inner loop: no `slow` tests
+test-fast: install
+	$(VENV)/bin/pytest -m "not slow" $(PYTEST_FLAGS)
+
+test-gpu: install
+	$(VENV)/bin/pytest -m gpu $(PYTEST_FLAGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+## every benchmark in benchmarks/, each ending with one JSON line
+bench: install
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+## the main job on the embedded defaults
+demo: install
+	$(VENV)/bin/moelab demo
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""moelab: the command-line entry point that ties shared/ and the services together."""

@@ -1,0 +1,1 @@
+"""Command modules of the `moelab` CLI; each exposes `register(app)`."""

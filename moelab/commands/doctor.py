@@ -1,0 +1,55 @@
+"""`moelab doctor`: the hardware and environment check to run before the first training."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def format_table(report) -> str:
+    rows: list[tuple[str, str]] = []
+    for name, version in report.versions.items():
+        rows.append((name, version or "absent"))
+    rows += [
+        ("cpu cores", str(report.cpu_cores)),
+        ("memory", f"{report.memory_gib:.1f} GiB"),
+        ("free disk", f"{report.disk_free_gib:.1f} GiB"),
+    ]
+    if report.cpu_fp32_gflops is not None:
+        rows.append(("cpu fp32 matmul", f"{report.cpu_fp32_gflops:.1f} GFLOP/s (measured)"))
+    if report.gloo_allreduce_gbps is not None:
+        rows.append(("gloo all-reduce (2 proc)", f"{report.gloo_allreduce_gbps:.2f} GB/s bus bandwidth"))
+    for gpu in report.gpus:
+        spec = f" / spec {gpu.spec_tflops:.0f} ({gpu.tflops_fraction:.0%})" if gpu.spec_tflops else " / spec unknown"
+        rows.append((f"gpu {gpu.index}", f"{gpu.name}, {gpu.memory_gib:.0f} GiB"))
+        rows.append((f"gpu {gpu.index} bf16 matmul", f"{gpu.bf16_tflops:.0f} TFLOP/s{spec}"))
+        bw_spec = f" / spec {gpu.spec_gbps:.0f}" if gpu.spec_gbps else ""
+        rows.append((f"gpu {gpu.index} memory copy", f"{gpu.copy_gbps:.0f} GB/s{bw_spec}"))
+    if report.nccl_busbw_gbps is not None:
+        rows.append(("nccl all-reduce", f"{report.nccl_busbw_gbps:.1f} GB/s bus bandwidth"))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines.append("")
+    lines += [f"FAIL: {f}" for f in report.failures] or ["all checks passed"]
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("doctor")
+    def doctor(
+        as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+        require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail when no CUDA device is visible."),
+        quick: bool = typer.Option(False, "--quick", help="Smaller measurements (seconds, less precise)."),
+    ) -> None:
+        """Versions, resources, measured matmul/copy/all-reduce peaks; exits 1 when a check fails."""
+        from shared.hardware import run_doctor, store_peak
+
+        report = run_doctor(require_gpu=require_gpu, quick=quick)
+        store_peak(report)
+        if as_json:
+            typer.echo(json.dumps(report.to_json()))
+        else:
+            typer.echo(format_table(report))
+        if report.failures:
+            raise typer.Exit(code=1)

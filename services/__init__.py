@@ -1,0 +1,1 @@
+"""moelab's services; each imports `shared` and never another service."""

@@ -1,0 +1,1 @@
+"""Data filter service: Ray Data heuristic filters and MinHash near-dedup."""

@@ -1,0 +1,1 @@
+"""Scorer service: oracle labels, Probe/Judge distillation, calibration, scoring at scale."""

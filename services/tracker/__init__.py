@@ -1,0 +1,1 @@
+"""Tracker service: FastAPI app, SQL store and the dashboard."""

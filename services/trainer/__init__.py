@@ -1,0 +1,1 @@
+"""Trainer service: Ray Train workers, expert + data parallelism, checkpoints, router health."""

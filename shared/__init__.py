@@ -1,0 +1,1 @@
+"""moelab's shared library: model, kernels, precision, optimizers, data formats, config, tracking."""

@@ -1,0 +1,27 @@
+"""The root config: one section per stage of the data-to-model path."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.config.base import Section
+from shared.config.cluster import ClusterConfig
+from shared.config.data import DataConfig
+from shared.config.mixture import MixtureConfig
+from shared.config.model import ModelConfig
+from shared.config.optim import OptimConfig
+from shared.config.scorer import ScorerConfig
+from shared.config.tracker import TrackerConfig
+from shared.config.train import TrainConfig
+
+
+class ExperimentConfig(Section):
+    name: str = Field("experiment", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$", description="Experiment name.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Raw inputs and the data filter.")
+    scorer: ScorerConfig = Field(default_factory=ScorerConfig, description="Model-based quality scoring.")
+    mixture: MixtureConfig = Field(default_factory=MixtureConfig, description="Tokenizer, shards and mixture rates.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The MoE transformer.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer and LR schedule.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="Experiment tracking.")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Where Ray work runs.")

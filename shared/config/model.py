@@ -1,0 +1,127 @@
+"""Model section: the MoE transformer's shape, routing, balancing and stability knobs.
+
+Defaults are the `tiny` CPU model; recipes in configs/ override them. The DeepSeek-V3 numbers
+(γ = 1e-3 bias update, α = 1e-4 sequence aux loss) and the Kaiju-style multipliers (embedding
+10.66, output logits 0.125, bungee scalar 2.0) are the published values.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from shared.config.base import Section
+
+# Attention kinds a layer can use. shared/model/attention registers an implementation for each;
+# a test keeps this list and the registry in step (config must not import model code).
+ATTENTION_KINDS = ("gqa", "mla", "swa", "nsa", "kda")
+
+
+class BalanceConfig(Section):
+    bias_update_rate: float = Field(
+        1e-3, ge=0.0, le=1.0, description="γ of aux-loss-free balancing: b_i += γ·sign(mean_load − load_i) per step (0 = off)."
+    )
+    seq_aux_alpha: float = Field(1e-4, ge=0.0, le=1.0, description="α of DeepSeek-V3's sequence-wise auxiliary loss (0 = off).")
+    switch_aux_alpha: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the classic Switch-style load-balancing loss.")
+    z_loss_coef: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the router z-loss (ST-MoE).")
+
+
+class MoEConfig(Section):
+    n_routed_experts: int = Field(8, ge=1, le=1024, description="Number of fine-grained routed experts per MoE layer.")
+    n_shared_experts: int = Field(1, ge=0, le=16, description="Always-on shared experts per MoE layer.")
+    expert_hidden: int = Field(64, ge=1, description="Hidden width of each SwiGLU expert.")
+    top_k: int = Field(2, ge=1, description="Routed experts chosen per token.")
+    score_func: Literal["softmax", "sigmoid"] = Field("sigmoid", description="Router score function (DeepSeek-V3 uses sigmoid).")
+    norm_topk_prob: bool = Field(True, description="Renormalise the selected experts' weights to sum to 1.")
+    route_scale: float = Field(1.0, gt=0.0, le=100.0, description="Multiplier on the combined routing weights.")
+    n_groups: int = Field(1, ge=1, description="Expert groups for group-limited routing (1 = off).")
+    topk_groups: int = Field(1, ge=1, description="Groups each token may route into when n_groups > 1.")
+    capacity_factor: float | None = Field(
+        None, gt=0.0, le=64.0, description="Per-expert capacity as a multiple of the even share; None = dropless."
+    )
+    dispatch_backend: Literal["loop", "grouped_mm", "triton", "auto"] = Field(
+        "auto", description="Expert dispatch kernel: loop (reference), grouped_mm (torch._grouped_mm), triton, auto."
+    )
+    bungee: bool = Field(True, description="Learnable scalar on the experts' pre-output norm, initialised at bungee_init.")
+    bungee_init: float = Field(2.0, gt=0.0, le=100.0, description="Initial value of the bungee scalar.")
+    balance: BalanceConfig = Field(default_factory=BalanceConfig, description="Load-balancing losses and bias update.")
+
+    @model_validator(mode="after")
+    def _check_routing(self) -> MoEConfig:
+        if self.top_k > self.n_routed_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be <= n_routed_experts ({self.n_routed_experts})")
+        if self.n_routed_experts % self.n_groups:
+            raise ValueError(f"n_groups ({self.n_groups}) must divide n_routed_experts ({self.n_routed_experts})")
+        if self.topk_groups > self.n_groups:
+            raise ValueError(f"topk_groups ({self.topk_groups}) must be <= n_groups ({self.n_groups})")
+        if self.n_groups > 1 and self.top_k > self.topk_groups * (self.n_routed_experts // self.n_groups):
+            raise ValueError("top_k exceeds the experts reachable in topk_groups groups")
+        return self
+
+
+class AttentionConfig(Section):
+    pattern: list[str] = Field(
+        default_factory=lambda: ["gqa"], min_length=1, description="Attention kind per layer, repeated over depth."
+    )
+
+    @model_validator(mode="after")
+    def _check_kinds(self) -> AttentionConfig:
+        unknown = [k for k in self.pattern if k not in ATTENTION_KINDS]
+        if unknown:
+            raise ValueError(f"unknown attention kind(s) {unknown}; allowed: {list(ATTENTION_KINDS)}")
+        return self
+
+
+class MuPConfig(Section):
+    enabled: bool = Field(True, description="Use muP: width-aware init and per-group LR multipliers relative to base_width.")
+    base_width: int = Field(64, ge=8, description="Width at which muP multipliers equal 1 (the tuned proxy's width).")
+    embedding_multiplier: float = Field(10.66, gt=0.0, le=1000.0, description="Multiplier on the embedding output.")
+    output_multiplier: float = Field(0.125, gt=0.0, le=100.0, description="Multiplier on the output logits.")
+
+
+class ModelConfig(Section):
+    vocab_size: int = Field(4096, ge=16, le=1_048_576, description="Vocabulary size (must cover the tokenizer's).")
+    d_model: int = Field(64, ge=8, le=65536, description="Residual stream width.")
+    n_layers: int = Field(4, ge=1, le=512, description="Transformer blocks.")
+    n_heads: int = Field(4, ge=1, le=1024, description="Attention query heads.")
+    n_kv_heads: int = Field(2, ge=1, le=1024, description="Key/value heads (GQA); must divide n_heads.")
+    head_dim: int | None = Field(None, ge=4, le=1024, description="Per-head width; None = d_model // n_heads.")
+    max_seq_len: int = Field(256, ge=8, le=1_048_576, description="Longest sequence the model (RoPE cache) supports.")
+    rope_theta: float = Field(10000.0, gt=0.0, description="RoPE base frequency.")
+    norm_eps: float = Field(1e-6, gt=0.0, le=1e-2, description="RMSNorm epsilon.")
+    tie_embeddings: bool = Field(False, description="Share the input embedding and output head weights.")
+    ffn: Literal["moe", "dense"] = Field("moe", description="moe, or a dense SwiGLU FFN matching the MoE's active parameters.")
+    first_k_dense: int = Field(1, ge=0, description="Leading layers with a dense FFN instead of MoE.")
+    dense_hidden: int | None = Field(
+        None, ge=1, description="Hidden width of dense FFNs; None = the MoE's active expert width (shared + top_k)."
+    )
+    init_std: float = Field(0.02, gt=0.0, le=1.0, description="Std of the normal init at base width (scaled by muP).")
+    moe: MoEConfig = Field(default_factory=MoEConfig, description="Mixture-of-Experts layer.")
+    attention: AttentionConfig = Field(default_factory=AttentionConfig, description="Attention kinds per layer.")
+    mup: MuPConfig = Field(default_factory=MuPConfig, description="muP parameterisation.")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelConfig:
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}) when head_dim is unset")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        if self.first_k_dense > self.n_layers:
+            raise ValueError(f"first_k_dense ({self.first_k_dense}) must be <= n_layers ({self.n_layers})")
+        return self
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
+
+    @property
+    def resolved_dense_hidden(self) -> int:
+        """Dense FFN width whose parameters match the MoE's active experts (shared + top_k)."""
+        if self.dense_hidden is not None:
+            return self.dense_hidden
+        return self.moe.expert_hidden * (self.moe.n_shared_experts + self.moe.top_k)
+
+    def attention_kind(self, layer: int) -> str:
+        pattern = self.attention.pattern
+        return pattern[layer % len(pattern)]

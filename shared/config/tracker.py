@@ -1,0 +1,23 @@
+"""Tracker section: where runs report their metrics (see services/tracker and shared/tracking)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from shared.config.base import Section
+
+
+class TrackerConfig(Section):
+    url: str = Field("http://127.0.0.1:8000", description="Base URL of the tracker service the client reports to.")
+    project: str = Field("moelab", min_length=1, max_length=128, description="Project name that groups runs.")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "online", description="online: send (spooling while the server is down); offline: spool only; disabled: no tracking."
+    )
+    db_url: str = Field(
+        "sqlite:///runs/tracker.db", description="SQLAlchemy URL of the tracker's store (SQLite file or PostgreSQL URL)."
+    )
+    port: int = Field(8000, ge=1, le=65535, description="Port `moelab tracker serve` listens on.")
+    token_env: str = Field("MOELAB_TRACKER_TOKEN", description="Environment variable holding the API token for writes.")
+    spool_dir: str = Field("runs/spool", description="Directory where the client spools points it could not send.")

@@ -1,0 +1,266 @@
+"""Hardware facts and *measured* peaks, for `moelab doctor` and for MFU.
+
+Why measure instead of trusting the spec sheet: MFU against a number the chip never reaches hides
+real losses, and a misconfigured node (wrong clocks, a GPU on the wrong PCIe link, a container
+without shared memory for NCCL) only shows up as a measurement far below spec. The measured peak
+is stored (see `store_peak`) so the trainer computes MFU against what this machine really does.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+# Dense (no sparsity) bf16 tensor-core TFLOP/s and HBM GB/s from the vendors' data sheets.
+# Matched by substring of torch.cuda.get_device_name(), most specific first.
+GPU_SPECS: tuple[tuple[str, float, float], ...] = (
+    ("H200", 989.0, 4800.0),
+    ("H100 PCIe", 756.0, 2000.0),
+    ("H100", 989.0, 3350.0),
+    ("B200", 2250.0, 8000.0),
+    ("A100-SXM4-80GB", 312.0, 2039.0),
+    ("A100", 312.0, 1555.0),
+    ("L40S", 362.0, 864.0),
+)
+MIN_FRACTION_OF_SPEC = 0.60
+
+
+@dataclass
+class GpuReport:
+    index: int
+    name: str
+    memory_gib: float
+    bf16_tflops: float
+    copy_gbps: float
+    spec_tflops: float | None
+    spec_gbps: float | None
+
+    @property
+    def tflops_fraction(self) -> float | None:
+        return self.bf16_tflops / self.spec_tflops if self.spec_tflops else None
+
+
+@dataclass
+class DoctorReport:
+    versions: dict[str, str | None]
+    cpu_cores: int
+    memory_gib: float
+    disk_free_gib: float
+    cpu_fp32_gflops: float | None = None
+    gloo_allreduce_gbps: float | None = None
+    gpus: list[GpuReport] = field(default_factory=list)
+    nccl_busbw_gbps: float | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for gpu, raw in zip(self.gpus, out["gpus"], strict=True):
+            raw["tflops_fraction"] = gpu.tflops_fraction
+        return out
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of what a training run depends on; None for what is absent (never imported here)."""
+    versions: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__}
+    versions["cuda"] = torch.version.cuda
+    versions["nccl"] = None
+    if torch.cuda.is_available():
+        try:
+            versions["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - NCCL missing from this build is a fact to report
+            versions["nccl"] = None
+    for name in ("ray", "transformer-engine", "vllm", "triton", "flash-linear-attention"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def memory_gib() -> float:
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def measure_cpu_fp32_gflops(n: int = 1024, repeats: int = 5) -> float:
+    """Best-of-`repeats` fp32 matmul throughput on this process's threads."""
+    a = torch.randn(n, n)
+    b = torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def measure_gpu(index: int, n: int = 8192, iters: int = 20) -> GpuReport:
+    """bf16 matmul TFLOP/s and device-memory copy GB/s of one GPU, next to its spec."""
+    dev = torch.device("cuda", index)
+    props = torch.cuda.get_device_properties(dev)
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(dev)
+    start.record()
+    for _ in range(iters):
+        a @ b
+    end.record()
+    torch.cuda.synchronize(dev)
+    tflops = 2 * n**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
+    buf = torch.empty(256 * 2**20, device=dev, dtype=torch.float32)  # 1 GiB
+    dst = torch.empty_like(buf)
+    dst.copy_(buf)
+    torch.cuda.synchronize(dev)
+    start.record()
+    for _ in range(iters):
+        dst.copy_(buf)
+    end.record()
+    torch.cuda.synchronize(dev)
+    gbps = 2 * buf.numel() * 4 * iters / (start.elapsed_time(end) / 1e3) / 1e9  # read + write
+    spec = next(((t, g) for key, t, g in GPU_SPECS if key in props.name), (None, None))
+    return GpuReport(index, props.name, props.total_memory / 2**30, tflops, gbps, spec[0], spec[1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _allreduce_worker(rank: int, world: int, port: int, backend: str, numel: int, iters: int, out) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    x = torch.ones(numel, device=device)
+    dist.all_reduce(x)
+    if backend == "nccl":
+        torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    if backend == "nccl":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    if rank == 0:
+        # Bus bandwidth as nccl-tests defines it: algbw × 2(n−1)/n.
+        algbw = numel * 4 * iters / elapsed / 1e9
+        out.put(algbw * 2 * (world - 1) / world)
+    dist.destroy_process_group()
+
+
+def measure_allreduce_busbw(backend: str, world: int, numel: int, iters: int) -> float:
+    """All-reduce bus bandwidth (GB/s) across `world` local processes (gloo on CPU, NCCL on GPUs)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_allreduce_worker, args=(r, world, port, backend, numel, iters, queue)) for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    if any(p.exitcode != 0 for p in procs):
+        raise RuntimeError(f"{backend} all-reduce workers failed (exit codes {[p.exitcode for p in procs]})")
+    return float(queue.get())
+
+
+def run_doctor(require_gpu: bool = False, quick: bool = False) -> DoctorReport:
+    """Collect versions, resources and measured peaks; `failures` lists every failed check."""
+    report = DoctorReport(
+        versions=package_versions(),
+        cpu_cores=cpu_cores(),
+        memory_gib=memory_gib(),
+        disk_free_gib=shutil.disk_usage(Path.cwd()).free / 2**30,
+    )
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            gpu = measure_gpu(i, n=4096 if quick else 8192)
+            report.gpus.append(gpu)
+            frac = gpu.tflops_fraction
+            if frac is not None and frac < MIN_FRACTION_OF_SPEC:
+                report.failures.append(
+                    f"GPU {i} ({gpu.name}) reaches {gpu.bf16_tflops:.0f} TFLOP/s bf16, "
+                    f"{frac:.0%} of its {gpu.spec_tflops:.0f} spec (< {MIN_FRACTION_OF_SPEC:.0%})"
+                )
+        if torch.cuda.device_count() > 1:
+            report.nccl_busbw_gbps = measure_allreduce_busbw("nccl", torch.cuda.device_count(), 64 * 2**20, 20)
+    else:
+        if require_gpu:
+            report.failures.append("no CUDA device visible to torch (--require-gpu); check the driver and CUDA_VISIBLE_DEVICES")
+        report.cpu_fp32_gflops = measure_cpu_fp32_gflops(n=512 if quick else 1024)
+        report.gloo_allreduce_gbps = measure_allreduce_busbw("gloo", 2, 2**20 if quick else 16 * 2**20, 5)
+    if report.disk_free_gib < 1.0:
+        report.failures.append(f"only {report.disk_free_gib:.2f} GiB free disk in {Path.cwd()}")
+    return report
+
+
+def peak_file() -> Path:
+    return Path(os.environ.get("MOELAB_HOME", Path.home() / ".cache" / "moelab")) / "peak.json"
+
+
+def store_peak(report: DoctorReport) -> Path:
+    """Persist the measured peak FLOP/s per device kind, read later by `measured_peak_flops`."""
+    peaks: dict[str, float] = {}
+    if report.cpu_fp32_gflops:
+        peaks["cpu"] = report.cpu_fp32_gflops * 1e9
+    for gpu in report.gpus:
+        peaks[f"cuda:{gpu.name}"] = gpu.bf16_tflops * 1e12
+    path = peak_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = json.loads(path.read_text()) if path.exists() else {}
+    existing.update(peaks)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(existing, indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def measured_peak_flops(device: torch.device | str) -> float | None:
+    """The peak stored by `moelab doctor` for this device kind, else the GPU's spec, else None."""
+    device = torch.device(device)
+    key = "cpu" if device.type == "cpu" else f"cuda:{torch.cuda.get_device_name(device)}"
+    path = peak_file()
+    if path.exists():
+        value = json.loads(path.read_text()).get(key)
+        if value:
+            return float(value)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        return next((t * 1e12 for k, t, _ in GPU_SPECS if k in name), None)
+    return None
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience for debugging
+    print(json.dumps(run_doctor(quick="--quick" in sys.argv).to_json(), indent=2))

@@ -1,0 +1,60 @@
+"""`moelab doctor`: the CPU branch runs for real here; the GPU branch runs where CUDA is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from moelab.cli import app
+from shared import hardware
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOELAB_HOME", str(tmp_path))
+
+
+def test_doctor_json_on_cpu_measures_matmul_and_gloo():
+    if torch.cuda.is_available():
+        pytest.skip("CPU branch only")
+    result = runner.invoke(app, ["doctor", "--json", "--quick"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["versions"]["torch"] == torch.__version__
+    assert report["cpu_fp32_gflops"] > 1.0
+    assert report["gloo_allreduce_gbps"] > 0.0
+    assert report["failures"] == []
+    assert hardware.measured_peak_flops("cpu") == pytest.approx(report["cpu_fp32_gflops"] * 1e9)
+
+
+def test_doctor_table_and_require_gpu_failure_on_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("CPU branch only")
+    result = runner.invoke(app, ["doctor", "--quick", "--require-gpu"])
+    assert result.exit_code == 1
+    assert "cpu fp32 matmul" in result.output
+    assert "FAIL: no CUDA device" in result.output
+
+
+def test_gpu_below_60_percent_of_spec_is_a_failure(monkeypatch):
+    slow = hardware.GpuReport(0, "NVIDIA H200", 141.0, 300.0, 4000.0, 989.0, 4800.0)
+    assert slow.tflops_fraction == pytest.approx(300 / 989)
+    monkeypatch.setattr(hardware.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(hardware.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(hardware, "measure_gpu", lambda i, n: slow)
+    report = hardware.run_doctor(quick=True)
+    assert any("30% of its 989 spec" in f for f in report.failures)
+
+
+@pytest.mark.gpu
+def test_doctor_gpu_branch_measures_each_gpu():
+    report = hardware.run_doctor()
+    assert report.gpus, "CUDA is available but no GPU was measured"
+    for gpu in report.gpus:
+        assert gpu.bf16_tflops > 1.0 and gpu.copy_gbps > 1.0
+    print(json.dumps(report.to_json(), indent=2))
