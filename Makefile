@@ -34,6 +34,7 @@ lint: install
 
 ## every benchmark in benchmarks/, each ending with one JSON line
 bench: install
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 ## the main job on the embedded defaults

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "moelab.commands.config",
     "moelab.commands.doctor",
     "moelab.commands.demo",
+    "moelab.commands.data",
 )
 
 
