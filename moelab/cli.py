@@ -26,6 +26,8 @@ COMMAND_MODULES = (
     "moelab.commands.doctor",
     "moelab.commands.demo",
     "moelab.commands.data",
+    "moelab.commands.train",
+    "moelab.commands.tracker",
 )
 
 

@@ -7,7 +7,10 @@ import importlib
 import typer
 
 # Each module exposes `register_data(group)`; add one line here when a data command lands.
-DATA_MODULES: tuple[str, ...] = ()
+DATA_MODULES: tuple[str, ...] = (
+    "moelab.commands.data_tokens",
+    "moelab.commands.data_filter",
+)
 
 
 def register(app: typer.Typer) -> None:

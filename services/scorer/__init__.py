@@ -1,1 +1,1 @@
-"""Scorer service: oracle labels, Probe/Judge distillation, calibration, scoring at scale."""
+"""Model-based quality scoring: oracle labels → Probe/Judge heads on a frozen backbone → calibrated cascade."""

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.config.base import Section
+from shared.config.filters import FilterConfig
 
 SourceKind = Literal["web", "code", "math", "science"]
 
@@ -23,3 +24,4 @@ class InputSource(Section):
 class DataConfig(Section):
     inputs: list[InputSource] = Field(default_factory=list, description="Raw document sources.")
     out_dir: str = Field("runs/data", description="Directory for filtered Parquet shards and their manifests.")
+    filter: FilterConfig = Field(default_factory=FilterConfig, description="Per-source filter chains, dedup and pipeline knobs.")

@@ -12,6 +12,10 @@ from shared.config.base import Section
 class TokenizerConfig(Section):
     path: str | None = Field(None, description="A tokenizer.json to load; None trains a byte-level BPE on the corpus.")
     vocab_size: int = Field(4096, ge=260, le=1_048_576, description="Vocabulary size when training a tokenizer.")
+    out_dir: str = Field("runs/tokenizer", min_length=1, description="Folder where a trained tokenizer is saved (and reused).")
+    min_frequency: int = Field(2, ge=1, description="BPE: a pair must occur this often to be merged.")
+    eos_token: str = Field("<|endoftext|>", min_length=1, description="Special token that separates documents when packing.")
+    train_docs: int = Field(100_000, ge=1, description="At most this many documents (in input order) train the tokenizer.")
 
 
 class MixtureConfig(Section):
@@ -21,6 +25,20 @@ class MixtureConfig(Section):
     )
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer used for the shards.")
     shard_dir: str = Field("runs/tokens", description="Directory of token shards (.bin + .idx + manifest.json).")
+    documents: list[str] = Field(
+        default_factory=list, description="Parquet globs of documents to tokenize; empty: data.out_dir/**/*.parquet."
+    )
+    eval_documents: list[str] = Field(
+        default_factory=list, description="Parquet globs of held-out documents for the trainer's eval loss (empty: no eval)."
+    )
+    docs_per_shard: int = Field(50_000, ge=1, description="Rows per tokenization work item (≈ documents per shard).")
+    workers: int = Field(2, ge=1, le=4096, description="Concurrent Ray Data tokenization tasks.")
+    cpus_per_worker: float = Field(0.5, gt=0, le=64, description="CPUs reserved per tokenization task (fractional avoids starving other stages).")
+    use_ray: bool = Field(True, description="Build shards with Ray Data; false tokenizes in this process.")
+    doc_boundaries: bool = Field(False, description="Also yield per-token document ids for document-masked attention.")
+    verify: Literal["size", "full"] = Field(
+        "size", description="Shard check when opening: file sizes only, or full sha256 of every shard."
+    )
 
     @field_validator("rates")
     @classmethod

@@ -11,11 +11,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from shared.config.attention import ATTENTION_KINDS, AttentionConfig  # noqa: F401  (re-exported)
 from shared.config.base import Section
-
-# Attention kinds a layer can use. shared/model/attention registers an implementation for each;
-# a test keeps this list and the registry in step (config must not import model code).
-ATTENTION_KINDS = ("gqa", "mla", "swa", "nsa", "kda")
+from shared.config.precision import PrecisionConfig
 
 
 class BalanceConfig(Section):
@@ -46,6 +44,9 @@ class MoEConfig(Section):
     bungee: bool = Field(True, description="Learnable scalar on the experts' pre-output norm, initialised at bungee_init.")
     bungee_init: float = Field(2.0, gt=0.0, le=100.0, description="Initial value of the bungee scalar.")
     balance: BalanceConfig = Field(default_factory=BalanceConfig, description="Load-balancing losses and bias update.")
+    precision: PrecisionConfig = Field(
+        default_factory=PrecisionConfig, description="Number format of expert (and dense) GEMMs: bf16, fp8, nvfp4."
+    )
 
     @model_validator(mode="after")
     def _check_routing(self) -> MoEConfig:
@@ -57,19 +58,6 @@ class MoEConfig(Section):
             raise ValueError(f"topk_groups ({self.topk_groups}) must be <= n_groups ({self.n_groups})")
         if self.n_groups > 1 and self.top_k > self.topk_groups * (self.n_routed_experts // self.n_groups):
             raise ValueError("top_k exceeds the experts reachable in topk_groups groups")
-        return self
-
-
-class AttentionConfig(Section):
-    pattern: list[str] = Field(
-        default_factory=lambda: ["gqa"], min_length=1, description="Attention kind per layer, repeated over depth."
-    )
-
-    @model_validator(mode="after")
-    def _check_kinds(self) -> AttentionConfig:
-        unknown = [k for k in self.pattern if k not in ATTENTION_KINDS]
-        if unknown:
-            raise ValueError(f"unknown attention kind(s) {unknown}; allowed: {list(ATTENTION_KINDS)}")
         return self
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.config.base import Section
 
@@ -25,3 +26,25 @@ class OptimConfig(Section):
     warmup_steps: int = Field(20, ge=0, description="Linear warmup steps.")
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="WSD: fraction of steps spent in the final decay.")
     grad_clip: float | None = Field(None, gt=0.0, description="Max global grad norm; None = no clipping (the recipe's choice).")
+    nesterov: bool = Field(True, description="Nesterov momentum in Muon.")
+    muon_lr_adjust: Literal["match_rms_adamw", "original"] = Field(
+        "match_rms_adamw",
+        description="Muon update scale: 0.2·√max(A,B) so one LR/WD serves Muon and AdamW (Moonlight), or Keller's √max(1,A/B).",
+    )
+    ns_dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Newton–Schulz compute dtype; auto = bf16 on CUDA, fp32 on CPU (no hardware bf16 there)."
+    )
+    adamw_patterns: list[str] = Field(
+        default_factory=lambda: [r"embed", r"(^|\.)lm_head\.", r"norm", r"router", r"bias", r"bungee"],
+        description="Regexes (re.search on parameter names) sent to AdamW; other >= 2-D tensors go to Muon.",
+    )
+    log_stats: bool = Field(True, description="Compute per-group grad norm and update RMS at each step (one param copy).")
+
+    @model_validator(mode="after")
+    def _check_patterns(self) -> OptimConfig:
+        for pattern in self.adamw_patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"optim.adamw_patterns: {pattern!r} is not a valid regex ({exc})") from None
+        return self

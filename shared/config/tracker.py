@@ -21,3 +21,11 @@ class TrackerConfig(Section):
     port: int = Field(8000, ge=1, le=65535, description="Port `moelab tracker serve` listens on.")
     token_env: str = Field("MOELAB_TRACKER_TOKEN", description="Environment variable holding the API token for writes.")
     spool_dir: str = Field("runs/spool", description="Directory where the client spools points it could not send.")
+    token_file: str = Field(
+        "runs/tracker.token", description="File the client reads the API token from when the token variable is unset."
+    )
+    flush_interval_s: float = Field(
+        1.0, gt=0, le=60, description="Seconds between the client's background batch sends."
+    )
+    read_protected: bool = Field(False, description="Require an API token for reads (the dashboard asks for it).")
+    max_body_mb: float = Field(32.0, gt=0, le=1024, description="Largest request body the server accepts, in MiB.")

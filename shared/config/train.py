@@ -1,4 +1,4 @@
-"""Train section: the step loop, batch shape, logging cadence, checkpoints and parallelism."""
+"""Train section: the step loop, batch shape, logging cadence, checkpoints, parallelism and health."""
 
 from __future__ import annotations
 
@@ -9,6 +9,18 @@ from pydantic import Field, model_validator
 from shared.config.base import Section
 
 
+class RouterHealthConfig(Section):
+    """Thresholds for router-health warnings (services/trainer/health.py)."""
+
+    maxvio_threshold: float = Field(1.0, gt=0.0, description="Warn when a layer's MaxVio stays above this for `window` steps.")
+    dead_window: int = Field(50, ge=1, description="Warn when an expert received no token for this many consecutive steps.")
+    entropy_floor: float = Field(
+        0.3, ge=0.0, le=1.0, description="Warn when mean router entropy falls below this fraction of log(n_experts)."
+    )
+    window: int = Field(20, ge=1, description="Consecutive steps a MaxVio/entropy condition must hold before warning.")
+    stop_on_collapse: bool = Field(False, description="Stop the run (with a checkpoint) when a warning fires.")
+
+
 class TrainConfig(Section):
     seed: int = Field(0, ge=0, description="Seed for init, data order and dropout; same seed ⇒ same run.")
     steps: int = Field(200, ge=1, description="Optimizer steps.")
@@ -16,22 +28,35 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(8, ge=1, description="Sequences per micro-batch per data-parallel rank.")
     grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Autocast dtype for the forward (CPU: float32).")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Autocast dtype for the forward (bfloat16 on GPU; CPUs here have no hardware bf16)."
+    )
+    compile: bool = Field(False, description="Wrap the model in torch.compile.")
+    activation_checkpointing: bool = Field(False, description="Recompute each block's activations in backward.")
     out_dir: str = Field("runs", description="Directory under which each run writes its config, checkpoints and logs.")
+    run_name: str | None = Field(None, description="Run directory name under out_dir; None = the experiment name.")
     log_every: int = Field(1, ge=1, description="Steps between scalar metric reports.")
     hist_every: int = Field(10, ge=1, description="Steps between expert-load histogram reports.")
     eval_every: int = Field(50, ge=1, description="Steps between held-out eval-loss measurements.")
     eval_batches: int = Field(4, ge=1, description="Micro-batches per eval.")
-    checkpoint_every: int = Field(100, ge=1, description="Steps between checkpoints.")
+    checkpoint_every: int = Field(100, ge=1, description="Steps between checkpoints (and one at the end).")
     keep_last: int = Field(2, ge=1, description="Checkpoints kept on disk.")
-    workers: int = Field(1, ge=1, description="Ray Train workers (processes).")
-    ep_size: int = Field(1, ge=1, description="Expert-parallel group size.")
-    dp_size: int = Field(1, ge=1, description="Data-parallel group size.")
+    max_bad_steps: int = Field(
+        5, ge=1, description="Consecutive NaN/Inf steps (skipped and counted) after which the run stops."
+    )
+    fault_inject_nan_steps: list[int] = Field(
+        default_factory=list, description="Steps whose loss is made NaN on purpose, to test the bad-step guard."
+    )
+    workers: int = Field(1, ge=1, description="Training processes (Ray Train workers).")
+    ep_size: int = Field(1, ge=1, description="Expert-parallel group size: routed experts are sharded over it.")
+    dp_size: int = Field(1, ge=1, description="Data-parallel degree for dense/attention parameters (FSDP2).")
+    ep_overlap: bool = Field(False, description="Split each micro-batch in two halves to overlap expert all-to-all.")
+    router_health: RouterHealthConfig = Field(default_factory=RouterHealthConfig, description="Router-health warnings.")
 
     @model_validator(mode="after")
     def _check_parallel(self) -> TrainConfig:
-        if self.ep_size * self.dp_size != self.workers and not (self.ep_size == 1 and self.dp_size == 1):
-            raise ValueError(
-                f"ep_size × dp_size ({self.ep_size}×{self.dp_size}) must equal workers ({self.workers})"
-            )
+        if self.dp_size != self.workers:
+            raise ValueError(f"dp_size ({self.dp_size}) must equal workers ({self.workers}): every worker is a DP rank")
+        if self.workers % self.ep_size:
+            raise ValueError(f"ep_size ({self.ep_size}) must divide workers ({self.workers})")
         return self

@@ -1,0 +1,106 @@
+"""`moelab data filter CONFIG` and `moelab data inspect OUT_DIR`: run the data filter, read its results."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import typer
+
+from moelab.commands.common import CONFIG_ARG, OVERRIDES_ARG, load_or_exit
+
+
+def register_data(group: typer.Typer) -> None:
+    @group.command("filter")
+    def filter_cmd(
+        config: str = CONFIG_ARG,
+        overrides: list[str] = OVERRIDES_ARG,
+        out: str = typer.Option(None, "--out", help="Output directory (default: data.out_dir)."),
+        workers: int = typer.Option(None, "--workers", help="Ray actors (0 = in-process, no Ray)."),
+        address: str = typer.Option(None, "--address", help="Connect to this Ray cluster instead of a local Ray."),
+        submit: str = typer.Option(None, "--submit", help="Submit as a Ray job to this dashboard address and return."),
+    ) -> None:
+        """Filter, dedup and shard `data.inputs` (local Ray by default), with a progress bar."""
+        cfg = load_or_exit(config, overrides)
+        if submit:
+            from ray.job_submission import JobSubmissionClient
+
+            args = ["moelab", "data", "filter", config, *(overrides or [])] + (["--out", out] if out else [])
+            job = JobSubmissionClient(submit).submit_job(entrypoint=shlex.join(args), runtime_env={"working_dir": "."})
+            typer.echo(f"submitted Ray job {job} to {submit}")
+            return
+        if workers is not None:
+            cfg.data.filter.workers = workers
+        if address:
+            cfg.data.filter.ray_address = address
+        if not cfg.data.inputs:
+            typer.secho("data.inputs is empty: nothing to filter (add sources to the recipe)", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2)
+        from tqdm import tqdm
+
+        from services.data_filter.pipeline import RunMismatch, run
+
+        bar = tqdm(desc="filter units", unit="unit")
+
+        def progress(done: int | None, total: int) -> None:
+            bar.total = total
+            if done is None:
+                bar.update(1)
+            else:
+                bar.n = done
+                bar.refresh()
+
+        try:
+            stats = run(cfg.data, out, progress, experiment=cfg)
+        except (RunMismatch, FileNotFoundError, ValueError) as exc:
+            bar.close()
+            typer.secho(str(exc), fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2) from None
+        bar.close()
+        typer.echo(format_funnel(stats))
+        typer.echo(f"output: {Path(out or cfg.data.out_dir)} ({stats['tracker']})")
+
+    @group.command("inspect")
+    def inspect_cmd(
+        out_dir: str = typer.Argument(..., help="A data filter output directory."),
+        reason: str = typer.Option(None, "--reason", help="Show removed samples of this reason (e.g. c4:curly_bracket)."),
+        n: int = typer.Option(3, "-n", help="Samples to show per reason."),
+        rejects: bool = typer.Option(False, "--rejects", help="List rejected input lines instead."),
+        chars: int = typer.Option(300, "--chars", help="Characters of each sample to print."),
+    ) -> None:
+        """Print the funnel, removals per filter and reason, and samples of removed documents."""
+        root = Path(out_dir)
+        stats_file = root / "stats.json"
+        if not stats_file.is_file():
+            typer.secho(f"{stats_file} not found: run `moelab data filter` first", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2)
+        stats = json.loads(stats_file.read_text())
+        if rejects:
+            for line in (root / "rejects.jsonl").read_text(encoding="utf-8").splitlines():
+                r = json.loads(line)
+                typer.echo(f"{r['path']}:{r['line']}  {r['reason']}  {r['detail'][:80]}")
+            return
+        typer.echo(format_funnel(stats))
+        shown: dict[str, int] = {}
+        for line in (root / "removed_samples.jsonl").read_text(encoding="utf-8").splitlines():
+            s = json.loads(line)
+            tag = f"{s['filter']}:{s['reason']}"
+            if (reason and tag != reason and s["reason"] != reason) or shown.get(tag, 0) >= n:
+                continue
+            shown[tag] = shown.get(tag, 0) + 1
+            typer.echo(f"\n--- {tag}  id={s['id']}  source={s['source']}")
+            typer.echo(s["text"][:chars])
+
+
+def format_funnel(stats: dict) -> str:
+    lines = ["funnel: " + " -> ".join(f"{f['stage']} {f['docs']}" for f in stats["funnel"])]
+    if stats["rejected"]:
+        lines.append("rejected: " + ", ".join(f"{k} {v}" for k, v in stats["rejected"].items()))
+    for kind, stages in stats["chains"].items():
+        lines.append(f"chain {kind}:")
+        for st in stages:
+            why = ", ".join(f"{k} {v}" for k, v in st["removed"].items()) or "-"
+            lines.append(f"  {st['name']:<15} in {st['in']:>8}  kept {st['kept']:>8}  {st['seconds']:8.2f}s  removed: {why}")
+    lines.append(f"near duplicates: {stats['near_duplicates']}  written: {stats['written']}")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""Per-stage statistics: documents in/kept, removed per reason, bytes, seconds; merged across units.
+
+Every removed document is attributed to the first filter that removed it, with that filter's
+reason; the pipeline writes these numbers as JSON and reports the funnel to the tracker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.data_filter.filters.base import Doc, Filter
+
+
+@dataclass
+class StageStats:
+    name: str
+    docs_in: int = 0
+    kept: int = 0
+    removed: Counter = field(default_factory=Counter)
+    bytes_in: int = 0
+    bytes_kept: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "in": self.docs_in, "kept": self.kept, "removed": dict(sorted(self.removed.items())),
+            "bytes_in": self.bytes_in, "bytes_kept": self.bytes_kept, "seconds": round(self.seconds, 4),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StageStats:
+        return cls(d["name"], d["in"], d["kept"], Counter(d["removed"]), d["bytes_in"], d["bytes_kept"], d["seconds"])
+
+    def merge(self, other: StageStats) -> None:
+        self.docs_in += other.docs_in
+        self.kept += other.kept
+        self.removed.update(other.removed)
+        self.bytes_in += other.bytes_in
+        self.bytes_kept += other.bytes_kept
+        self.seconds += other.seconds
+
+
+class Chain:
+    """Runs filters in order on one document, recording who removed it and why."""
+
+    def __init__(self, filters: list[Filter]):
+        self.filters = filters
+        self.stats = [StageStats(f.name) for f in filters]
+
+    def run(self, doc: Doc) -> tuple[str, str] | None:
+        """None when every filter keeps `doc`; otherwise (filter name, reason) of the first removal."""
+        clock = time.perf_counter
+        text = doc.text
+        size = len(text.encode("utf-8"))
+        for f, st in zip(self.filters, self.stats, strict=True):
+            st.docs_in += 1
+            st.bytes_in += size
+            t0 = clock()
+            reason = f.check(doc)
+            st.seconds += clock() - t0
+            if reason is not None:
+                st.removed[reason] += 1
+                return f.name, reason
+            if doc.text is not text:  # a rewriting filter (normalise, C4) changed the text
+                text = doc.text
+                size = len(text.encode("utf-8"))
+            st.kept += 1
+            st.bytes_kept += size
+        return None
+
+
+def merge_stage_lists(lists: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Sum per-stage dicts by stage name, keeping the first-seen order."""
+    merged: dict[str, StageStats] = {}
+    for stages in lists:
+        for d in stages:
+            st = StageStats.from_dict(d)
+            if st.name in merged:
+                merged[st.name].merge(st)
+            else:
+                merged[st.name] = st
+    return [s.to_dict() for s in merged.values()]

@@ -1,0 +1,1 @@
+"""MinHash LSH near-duplicate detection (signatures per document, candidate pairs per band)."""

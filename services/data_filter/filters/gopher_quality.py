@@ -1,0 +1,78 @@
+"""Gopher quality rules (Rae et al. 2021, "Scaling Language Models", arXiv:2112.11446, A.1.1).
+
+Published thresholds (the config defaults): keep documents with 50-100,000 words, a mean word
+length of 3-10 characters, a symbol-to-word ratio <= 0.1 for '#' and for ellipses, <= 90% of
+lines starting with a bullet, <= 30% of lines ending with an ellipsis, >= 80% of words containing
+an alphabetic character, and at least 2 of the stop words "the, be, to, of, and, that, have, with".
+
+Words are whitespace-separated tokens. Word counts and the mean length use "non-symbol" words
+(those holding a letter or digit), as datatrove reads the rule; stop words are matched after
+lower-casing and stripping surrounding punctuation ("The," counts as "the").
+"""
+
+from __future__ import annotations
+
+import string
+
+from services.data_filter.filters.base import Doc, Filter, has_letter, has_word_char
+from shared.config.filters import GopherQualityConfig
+
+_STRIP = string.punctuation + "“”‘’«»„…—–"
+_BULLETS = ("•", "-")
+
+
+class GopherQualityFilter(Filter):
+    name = "gopher_quality"
+    reasons = (
+        "too_few_words", "too_many_words", "mean_word_length_low", "mean_word_length_high",
+        "too_many_hashes", "too_many_ellipses", "too_many_bullet_lines", "too_many_ellipsis_lines",
+        "too_few_alpha_words", "too_few_stop_words",
+    )
+
+    def __init__(self, cfg: GopherQualityConfig):
+        self.cfg = cfg
+        self.stop_words = frozenset(w.lower() for w in cfg.stop_words)
+
+    def check(self, doc: Doc) -> str | None:
+        c = self.cfg
+        text = doc.text
+        words = doc.words()
+        n_words = len(words)
+        if n_words == 0:
+            return "too_few_words"
+        content = [w for w in words if has_word_char(w)]
+        n_content = len(content)
+        if n_content < c.min_words:
+            return "too_few_words"
+        if n_content > c.max_words:
+            return "too_many_words"
+        mean_len = sum(map(len, content)) / n_content
+        if mean_len < c.min_mean_word_length:
+            return "mean_word_length_low"
+        if mean_len > c.max_mean_word_length:
+            return "mean_word_length_high"
+        if text.count("#") / n_words > c.max_symbol_word_ratio:
+            return "too_many_hashes"
+        if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio:
+            return "too_many_ellipses"
+        lines = text.splitlines() or [""]
+        bullets = sum(1 for line in lines if line.lstrip().startswith(_BULLETS))
+        if bullets / len(lines) > c.max_bullet_lines_ratio:
+            return "too_many_bullet_lines"
+        ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…")))
+        if ellipsis / len(lines) > c.max_ellipsis_lines_ratio:
+            return "too_many_ellipsis_lines"
+        alpha = sum(1 for w in words if has_letter(w))
+        if alpha / n_words < c.min_alpha_words_ratio:
+            return "too_few_alpha_words"
+        if c.min_stop_words:
+            found = set()
+            for w in words:
+                low = w.lower()
+                if low in self.stop_words or low.strip(_STRIP) in self.stop_words:
+                    found.add(low.strip(_STRIP))
+                    if len(found) >= c.min_stop_words:
+                        break
+            if len(found) < c.min_stop_words:
+                return "too_few_stop_words"
+        return None

@@ -1,0 +1,56 @@
+"""Normalisation: Unicode NFC, control characters out, whitespace tidied.
+
+What it does, in order (each step is cheap and idempotent, so a second pass changes nothing):
+1. CRLF and lone CR become LF; form feed and vertical tab become LF.
+2. C0/C1 control characters (Unicode category Cc) other than TAB and LF are deleted; so are
+   U+FEFF (byte-order mark) and U+FFFE/U+FFFF non-characters. Format characters (Cf, e.g. the
+   zero-width joiner) are kept: emoji and Indic scripts need them.
+3. Unicode normal form (NFC by default, as CCNet and FineWeb do before hashing/language ID).
+4. Optional: runs of horizontal whitespace (incl. NBSP) inside a line become one space, and
+   trailing spaces go (off for code, where indentation and alignment carry meaning).
+5. More than `max_blank_lines` consecutive blank lines are cut down; leading/trailing blank space
+   of the whole document goes.
+A document that is empty afterwards is dropped with reason `empty_after_normalize`.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from services.data_filter.filters.base import Doc, Filter
+from shared.config.filters import NormalizeConfig
+
+_CONTROL = {c: None for c in range(0x20) if c not in (0x09, 0x0A)}
+_CONTROL.update({c: None for c in range(0x7F, 0xA0)})
+_CONTROL.update({0xFEFF: None, 0xFFFE: None, 0xFFFF: None, 0x0B: "\n", 0x0C: "\n"})
+_HSPACE = re.compile(r"[^\S\n]+")
+_TRAILING = re.compile(r"[^\S\n]+\n")
+
+
+class NormalizeFilter(Filter):
+    name = "normalize"
+    reasons = ("empty_after_normalize",)
+
+    def __init__(self, cfg: NormalizeConfig):
+        self.cfg = cfg
+        self._blank_run = re.compile("\n{" + str(cfg.max_blank_lines + 2) + ",}")
+        self._blank_keep = "\n" * (cfg.max_blank_lines + 1)
+
+    def normalize(self, text: str) -> str:
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = text.translate(_CONTROL)
+        if not text.isascii():
+            text = unicodedata.normalize(self.cfg.form, text)
+        if self.cfg.collapse_spaces:
+            text = _HSPACE.sub(" ", text)
+            text = text.replace(" \n", "\n")
+        else:
+            text = _TRAILING.sub("\n", text)
+        text = self._blank_run.sub(self._blank_keep, text)
+        return text.strip()
+
+    def check(self, doc: Doc) -> str | None:
+        doc.text = self.normalize(doc.text)
+        return None if doc.text else "empty_after_normalize"

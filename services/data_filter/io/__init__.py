@@ -1,0 +1,1 @@
+"""Readers (JSONL plain/.gz/.zst, Parquet) and the sharded, atomic Parquet writer."""

@@ -1,0 +1,1 @@
+"""Reference language models for the perplexity filter (an n-gram estimator and LM backends)."""

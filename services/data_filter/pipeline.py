@@ -1,0 +1,219 @@
+"""The data filter stage: units -> filter chains (Ray Data actor pool) -> MinHash dedup -> shards.
+
+Layout of `out_dir`:
+  part-00000.parquet ...  kept documents, schema (id, text, source, meta), input order
+  manifest.json           shard names, rows, bytes, sha256; written last = the run is complete
+  stats.json              per-stage counts (in, kept, removed per reason, bytes, seconds), funnel
+  rejects.jsonl           every bad input line with its file, line and reason
+  removed_samples.jsonl   up to `samples_per_reason` removed documents per (filter, reason)
+  work/                   per-unit results and the dedup map; what a rerun resumes from
+Determinism: units are planned from the inputs alone, each unit's rows keep file order, dedup
+keeps the first document of a cluster, shards are cut by row count; so 1 worker, 2 workers and
+a killed-then-resumed run write byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from services.data_filter.accounting import merge_stage_lists
+from services.data_filter.dedup.lsh import find_duplicates
+from services.data_filter.io.readers import Unit, plan_units
+from services.data_filter.io.writer import OUTPUT_SCHEMA, sha256, write_json, write_jsonl, write_parquet
+from services.data_filter.report import report_funnel
+from services.data_filter.worker import UnitProcessor, unit_paths
+from shared.config.data import DataConfig
+
+Progress = Callable[[int, int], None]
+
+
+class RunMismatch(RuntimeError):
+    """out_dir already holds a run of different inputs or settings."""
+
+
+def fingerprint(data: DataConfig, units: list[Unit]) -> str:
+    body = json.dumps({"filter": data.filter.model_dump(mode="json", exclude={"workers", "actor_cpus", "ray_address"}),
+                       "units": [dataclasses.asdict(u) for u in units]}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress | None = None,
+        experiment: Any = None) -> dict[str, Any]:
+    """Filter and dedup `data.inputs` into `out_dir` (default `data.out_dir`); return stats.json's content.
+
+    With `experiment` (an `ExperimentConfig`), the funnel is also reported to its tracker.
+    """
+    if not data.inputs:
+        raise ValueError("data.inputs is empty: add at least one source (name, kind, paths)")
+    fcfg = data.filter
+    out = Path(out_dir or data.out_dir)
+    work = out / "work"
+    t_start = time.perf_counter()
+    units = plan_units(data.inputs, fcfg.unit_bytes)
+    fp = fingerprint(data, units)
+    plan_file = work / "plan.json"
+    if plan_file.is_file():
+        old = json.loads(plan_file.read_text()).get("fingerprint")
+        if old != fp:
+            raise RunMismatch(f"{out} holds a run with other inputs or filter settings; remove it or choose another out_dir")
+    else:
+        write_json({"fingerprint": fp, "units": [dataclasses.asdict(u) for u in units]}, plan_file)
+    pending = [u for u in units if not unit_paths(work, u.index)["stats"].is_file()]
+    done = len(units) - len(pending)
+    if progress:
+        progress(done, len(units))
+    t0 = time.perf_counter()
+    if pending:
+        if fcfg.workers <= 0:
+            proc = UnitProcessor(fcfg)
+            for u in pending:
+                proc.process(u, work)
+                done += 1
+                if progress:
+                    progress(done, len(units))
+        else:
+            _run_ray(fcfg, pending, work, lambda: progress(None, len(units)) if progress else None)
+    filter_seconds = time.perf_counter() - t0
+    unit_stats = [json.loads(unit_paths(work, u.index)["stats"].read_text()) for u in units]
+    rows = [str(unit_paths(work, u.index)["rows"]) for u in units]
+    t0 = time.perf_counter()
+    dup_file = work / "dedup.json"
+    if not fcfg.dedup.enabled:
+        dups: dict[int, int] = {}
+    elif dup_file.is_file():
+        dups = {int(k): v for k, v in json.loads(dup_file.read_text()).items()}
+    else:
+        dups = find_duplicates(rows, fcfg.dedup.bands, fcfg.workers, fcfg.actor_cpus)
+        write_json({str(k): v for k, v in sorted(dups.items())}, dup_file)
+    dedup_seconds = time.perf_counter() - t0
+    shards, dedup_samples, written = _write_shards(rows, dups, out, fcfg.shard_docs, fcfg.samples_per_reason)
+    stats = _summarise(unit_stats, dups, written, filter_seconds, dedup_seconds, time.perf_counter() - t_start)
+    _merge_side_files(units, work, out, dedup_samples, fcfg.samples_per_reason)
+    stats["tracker"] = report_funnel(stats, experiment)
+    write_json(stats, out / "stats.json")
+    write_json({"schema": [f.name for f in OUTPUT_SCHEMA], "shards": shards, "documents": written,
+                "fingerprint": fp}, out / "manifest.json")
+    return stats
+
+
+def _run_ray(fcfg, pending: list[Unit], work: Path, tick) -> None:
+    import ray
+
+    from services.data_filter.worker import RayUnitActor
+
+    if not ray.is_initialized():
+        ray.init(address=fcfg.ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    items = [{"unit": json.dumps(dataclasses.asdict(u))} for u in pending]
+    ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        RayUnitActor,
+        fn_constructor_args=(fcfg.model_dump_json(), str(work.resolve())),
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(size=fcfg.workers),
+        num_cpus=fcfg.actor_cpus,
+    )
+    for _ in ds.iter_rows():
+        tick()
+
+
+def _write_shards(rows: list[str], dups: dict[int, int], out: Path, per_shard: int, n_samples: int):
+    """Cut kept, non-duplicate rows into shards of `per_shard` documents; skip shards already written."""
+    shards: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    id_of_key: dict[int, str] = {}
+    reps = set(dups.values())
+    buf: list[pa.Table] = []
+    n_buf = written = 0
+
+    def flush(final: bool) -> None:
+        nonlocal buf, n_buf
+        while n_buf >= per_shard or (final and n_buf):
+            table = pa.concat_tables(buf)
+            head, rest = table.slice(0, per_shard), table.slice(per_shard)
+            path = out / f"part-{len(shards):05d}.parquet"
+            if not path.is_file():
+                write_parquet(head.select(OUTPUT_SCHEMA.names).cast(OUTPUT_SCHEMA), path)
+            shards.append({"name": path.name, "rows": head.num_rows, "bytes": path.stat().st_size, "sha256": sha256(path)})
+            buf, n_buf = ([rest] if rest.num_rows else []), rest.num_rows
+
+    for path in rows:
+        t = pq.read_table(path, columns=["key", *OUTPUT_SCHEMA.names])
+        keys = t.column("key").to_pylist()
+        if reps:
+            ids = t.column("id").to_pylist()
+            id_of_key.update((k, i) for k, i in zip(keys, ids, strict=True) if k in reps)
+        if dups:
+            mask = [k not in dups for k in keys]
+            for i, k in enumerate(keys):
+                if k in dups and len(samples) < n_samples:
+                    samples.append({"key": k, "id": t.column("id")[i].as_py(), "text": t.column("text")[i].as_py()[:2000],
+                                    "source": t.column("source")[i].as_py(), "rep_key": dups[k]})
+            t = t.filter(pa.array(mask, type=pa.bool_()))
+        written += t.num_rows
+        buf.append(t.select(OUTPUT_SCHEMA.names))
+        n_buf += t.num_rows
+        flush(False)
+    flush(True)
+    for s in samples:
+        s["duplicate_of"] = id_of_key.get(s.pop("rep_key"), "")
+        s.pop("key")
+        s.update({"filter": "dedup", "reason": "near_duplicate", "meta": "{}"})
+    return shards, samples, written
+
+
+def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[str, Any]:
+    records = sum(s["records"] for s in unit_stats)
+    rejected: dict[str, int] = {}
+    for s in unit_stats:
+        for k, v in s["rejected"].items():
+            rejected[k] = rejected.get(k, 0) + v
+    docs = sum(s["docs"] for s in unit_stats)
+    kept = sum(s["kept"] for s in unit_stats)
+    chains: dict[str, list] = {}
+    for kind in sorted({s["kind"] for s in unit_stats}):
+        chains[kind] = merge_stage_lists([s["stages"] for s in unit_stats if s["kind"] == kind])
+    by_source: dict[str, dict[str, int]] = {}
+    for s in unit_stats:
+        d = by_source.setdefault(s["source"], {"records": 0, "docs": 0, "kept": 0})
+        d["records"] += s["records"]
+        d["docs"] += s["docs"]
+        d["kept"] += s["kept"]
+    funnel = [
+        {"stage": "read", "docs": records},
+        {"stage": "valid", "docs": docs},
+        {"stage": "filters", "docs": kept},
+        {"stage": "dedup", "docs": kept - len(dups)},
+        {"stage": "written", "docs": written},
+    ]
+    return {
+        "records": records, "rejected": dict(sorted(rejected.items())), "docs": docs, "kept_after_filters": kept,
+        "near_duplicates": len(dups), "written": written, "chains": chains, "sources": by_source, "funnel": funnel,
+        "seconds": {"filters": round(filter_s, 3), "dedup": round(dedup_s, 3), "total": round(total_s, 3)},
+        "units": len(unit_stats),
+    }
+
+
+def _merge_side_files(units: list[Unit], work: Path, out: Path, dedup_samples: list[dict[str, Any]], limit: int) -> None:
+    rejects: list[dict[str, Any]] = []
+    removed: list[dict[str, Any]] = []
+    for u in units:
+        p = unit_paths(work, u.index)
+        rejects.extend(json.loads(line) for line in p["rejects"].read_text(encoding="utf-8").splitlines() if line)
+        removed.extend(json.loads(line) for line in p["removed"].read_text(encoding="utf-8").splitlines() if line)
+    write_jsonl(rejects, out / "rejects.jsonl")
+    per_reason: dict[tuple[str, str], int] = {}
+    kept_samples = []
+    for r in removed:
+        tag = (r["filter"], r["reason"])
+        if per_reason.get(tag, 0) < limit:
+            per_reason[tag] = per_reason.get(tag, 0) + 1
+            kept_samples.append(r)
+    write_jsonl(kept_samples + dedup_samples, out / "removed_samples.jsonl")

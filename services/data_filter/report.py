@@ -1,0 +1,35 @@
+"""Send the filter funnel and per-stage removals to the tracker through `shared.tracking`.
+
+The funnel (read -> valid -> after filters -> after dedup -> written) goes as a `funnel` event;
+per-chain, per-filter removal counts as scalars `data_filter/<kind>/<filter>/removed`. The
+client spools when the server is down (never blocks the stage for long, never loses the points).
+Returns a short status string that stats.json records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def report_funnel(stats: dict[str, Any], experiment: Any = None, timeout: float = 5.0) -> str:
+    if experiment is None:
+        return "not reported: no experiment config given (stats.json is the record)"
+    if experiment.tracker.mode == "disabled":
+        return "not reported: tracker.mode=disabled"
+    from shared import tracking
+
+    run = tracking.init(config=experiment, name=f"{experiment.name}-data-filter", tags=["data_filter"])
+    try:
+        run.log_funnel({f["stage"]: int(f["docs"]) for f in stats["funnel"]}, name="documents")
+        scalars: dict[str, float] = {"data_filter/records": stats["records"], "data_filter/written": stats["written"],
+                                     "data_filter/near_duplicates": stats["near_duplicates"]}
+        for reason, n in stats["rejected"].items():
+            scalars[f"data_filter/rejected/{reason}"] = n
+        for kind, stages in stats["chains"].items():
+            for st in stages:
+                scalars[f"data_filter/{kind}/{st['name']}/removed"] = sum(st["removed"].values())
+                scalars[f"data_filter/{kind}/{st['name']}/seconds"] = st["seconds"]
+        run.log(scalars, step=0)
+    finally:
+        run.finish(timeout=timeout)
+    return f"reported to the tracker as run {run.id} ({experiment.tracker.mode})"

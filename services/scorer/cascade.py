@@ -1,0 +1,123 @@
+"""The early-exit cascade: layers [0, L_probe) → Probe → (survivors only) layers [L_probe, L_judge) → Judge.
+
+A document whose Probe quality is below its rubric's τ_drop is dropped right there: it never
+enters layer L_probe or any later layer (the backbone counts layer calls, tests check it). Layers
+after L_judge are never run. Documents are scored in length-sorted micro-batches to limit padding.
+Modes for comparison: `judge` (every document through L_judge, no Probe) and `probe` (stop at
+L_probe and keep on the Probe's score).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from services.scorer.backbone import LayerwiseBackbone
+from services.scorer.features import length_buckets
+from services.scorer.heads import Judge, Probe, masked_mean
+from services.scorer.rubrics import rubric_for
+
+HEADS_FILE = "heads.pt"
+CALIBRATION_FILE = "calibration.json"
+
+
+def build_heads(blob: dict, width: int) -> dict:
+    heads = {}
+    for name, h in blob["rubrics"].items():
+        n = len(h["dims"])
+        probe = Probe(width, n)
+        probe.load_state_dict(h["probe"])
+        judge = Judge(width, n, **h["judge_cfg"])
+        judge.load_state_dict(h["judge"])
+        heads[name] = (probe.eval(), judge.eval())
+    return heads
+
+
+class CascadeScorer:
+    def __init__(self, bb: LayerwiseBackbone, heads: dict, probe_layer: int, judge_layer: int, max_tokens: int,
+                 tau_drop: dict[str, float] | None = None, tau_keep: dict[str, float] | None = None,
+                 micro_batch: int = 16) -> None:
+        self.bb, self.heads = bb, heads
+        self.probe_layer, self.judge_layer = probe_layer, judge_layer
+        self.max_tokens, self.micro_batch = max_tokens, micro_batch
+        self.tau_drop = tau_drop or {}
+        self.tau_keep = tau_keep or {}
+
+    @classmethod
+    def load(cls, out_dir: str | Path, scfg, device: str = "cpu") -> CascadeScorer:
+        import json
+
+        out_dir = Path(out_dir)
+        blob = torch.load(out_dir / HEADS_FILE, weights_only=False)
+        meta = blob["meta"]
+        bb = LayerwiseBackbone.load(meta["backbone"], dtype=scfg.scoring.dtype, device=device)
+        heads = build_heads(blob, bb.width)
+        for probe, judge in heads.values():
+            probe.to(device=bb.device, dtype=bb.model.dtype)
+            judge.to(device=bb.device, dtype=bb.model.dtype)
+        cal_path = out_dir / CALIBRATION_FILE
+        cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
+        return cls(bb, heads, meta["probe_layer"], meta["judge_layer"], meta["max_tokens"], cal.get("tau_drop"),
+                   cal.get("tau_keep"), scfg.scoring.micro_batch)
+
+    def keep_threshold(self, source: str, kind: str) -> float:
+        return float(self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf)))
+
+    @torch.no_grad()
+    def score(self, texts: list[str], kinds: list[str], sources: list[str] | None = None,
+              mode: str = "cascade") -> dict[str, np.ndarray]:
+        if mode not in ("cascade", "judge", "probe"):
+            raise ValueError(f"mode={mode!r}; expected cascade, judge or probe")
+        sources = sources if sources is not None else list(kinds)
+        n = len(texts)
+        probe_q = np.full(n, np.nan)
+        judge_q = np.full(n, np.nan)
+        rubric_names = [rubric_for(k).name for k in kinds]
+        for idx in length_buckets(texts, self.micro_batch):
+            ids, am = self.bb.tokenize([texts[i] for i in idx], self.max_tokens)
+            st = self.bb.run(self.bb.embed(ids, am), self.probe_layer) if mode != "judge" else None
+            survivors = list(range(len(idx)))
+            if st is not None:
+                pooled = masked_mean(self.bb.features(st), am)
+                for name, rows in self._by_rubric(idx, range(len(idx)), rubric_names).items():
+                    q = self._quality(self.heads[name][0].forward_pooled(pooled[rows]))
+                    probe_q[[idx[j] for j in rows]] = q
+                if mode == "probe":
+                    continue
+                survivors = [j for j, i in enumerate(idx)
+                             if probe_q[i] >= self.tau_drop.get(rubric_names[i], -math.inf)]
+                if not survivors:
+                    continue
+                if len(survivors) < len(idx):
+                    st = self.bb.select(st, torch.as_tensor(survivors, device=ids.device))
+            else:
+                st = self.bb.embed(ids, am)
+            st = self.bb.run(st, self.judge_layer)
+            h = self.bb.features(st)
+            local = {j: k for k, j in enumerate(survivors)}
+            for name, rows in self._by_rubric(idx, survivors, rubric_names).items():
+                sel = [local[j] for j in rows]
+                q = self._quality(self.heads[name][1](h[sel], st.attention_mask[sel]))
+                judge_q[[idx[j] for j in rows]] = q
+        quality = np.where(np.isnan(judge_q), probe_q, judge_q)
+        tau = np.array([self.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
+        keep = quality >= tau
+        if mode == "cascade":
+            keep &= ~np.isnan(judge_q)
+        return {"probe_quality": probe_q, "judge_quality": judge_q, "quality": quality, "keep": keep,
+                "judge_skipped": np.isnan(judge_q)}
+
+    @staticmethod
+    def _by_rubric(idx: list[int], rows, rubric_names: list[str]) -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {}
+        for j in rows:
+            groups.setdefault(rubric_names[idx[j]], []).append(j)
+        return groups
+
+    @staticmethod
+    def _quality(pred: torch.Tensor) -> np.ndarray:
+        """Aggregate quality in [0, 1] per row: mean of predicted dimensions (already scaled by the maximum)."""
+        return pred.float().clamp(0, 1).mean(1).cpu().numpy()

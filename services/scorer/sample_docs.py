@@ -1,0 +1,55 @@
+"""Real documents shipped with Python, for tests, the benchmark and the offline demo.
+
+Prose ("web" kind) comes from `pydoc_data.topics` (the language reference text behind `help()`),
+cut into chunks of a few paragraphs; code comes from the standard library's own `.py` sources,
+cut into chunks of lines. Deterministic for a given seed; needs no download and no data/ folder.
+"""
+
+from __future__ import annotations
+
+import random
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+
+
+@lru_cache(maxsize=1)
+def _prose_chunks() -> list[str]:
+    from pydoc_data.topics import topics
+
+    chunks = []
+    for name in sorted(topics):
+        paras = [p.strip() for p in topics[name].split("\n\n") if p.strip()]
+        step = 3
+        for i in range(0, len(paras), step):
+            text = "\n\n".join(paras[i : i + step])
+            if len(text) >= 200:
+                chunks.append(text)
+    return chunks
+
+
+@lru_cache(maxsize=1)
+def _code_chunks(max_files: int = 400) -> list[str]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size > 2000)[:max_files]
+    chunks = []
+    for f in files:
+        lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
+        for i in range(0, len(lines), 60):
+            text = "\n".join(lines[i : i + 60])
+            if len(text) >= 300:
+                chunks.append(text)
+    return chunks
+
+
+def python_docs(n_web: int, n_code: int, seed: int = 0) -> list[dict]:
+    """`n_web` prose chunks and `n_code` code chunks as dicts with id, text, source, kind."""
+    rng = random.Random(seed)
+    prose, code = _prose_chunks(), _code_chunks()
+    if n_web > len(prose) or n_code > len(code):
+        raise ValueError(f"asked for {n_web} prose/{n_code} code chunks; Python ships {len(prose)}/{len(code)}")
+    docs = [{"id": f"web-{i:05d}", "text": t, "source": "pydoc", "kind": "web"}
+            for i, t in enumerate(rng.sample(prose, n_web))]
+    docs += [{"id": f"code-{i:05d}", "text": t, "source": "stdlib", "kind": "code"}
+             for i, t in enumerate(rng.sample(code, n_code))]
+    return docs

@@ -1,0 +1,93 @@
+"""Train the Probe and Judge heads on oracle labels, with early stopping on a validation split.
+
+Targets are the rubric dimensions divided by the scale maximum; the loss is MSE (see heads.py for
+why regression). AdamW, shuffled mini-batches, evaluation on the validation split each epoch; the
+best epoch's weights are restored when validation loss has not improved for `patience` epochs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from services.scorer.features import pad_seqs
+from services.scorer.heads import Judge, Probe
+
+
+def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
+    """Deterministic train/val/test split of n items (each split gets at least one item when n >= 3)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    n_test = max(1, int(round(n * test_fraction)))
+    n_val = max(1, int(round(n * val_fraction)))
+    return {"test": np.sort(perm[:n_test]), "val": np.sort(perm[n_test : n_test + n_val]),
+            "train": np.sort(perm[n_test + n_val :])}
+
+
+@dataclass
+class TrainResult:
+    head: nn.Module
+    best_epoch: int
+    epochs_run: int
+    best_val_loss: float
+    history: list[dict]
+
+
+def _batches(idx: np.ndarray, bs: int, rng: np.random.Generator | None):
+    order = rng.permutation(idx) if rng is not None else idx
+    for i in range(0, len(order), bs):
+        yield order[i : i + bs]
+
+
+def _forward(head: nn.Module, kind: str, feats: dict, rows: np.ndarray) -> torch.Tensor:
+    if kind == "probe":
+        return head.forward_pooled(feats["pooled"][torch.as_tensor(rows)])
+    x, m = pad_seqs([feats["seqs"][i] for i in rows])
+    return head(x, m)
+
+
+def predict(head: nn.Module, kind: str, feats: dict, rows: np.ndarray, bs: int = 64) -> np.ndarray:
+    head.eval()
+    outs = []
+    with torch.no_grad():
+        for b in _batches(np.asarray(rows), bs, None):
+            outs.append(_forward(head, kind, feats, b).float())
+    return torch.cat(outs).numpy() if outs else np.zeros((0, 0))
+
+
+def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray, hcfg,
+               width: int, progress=None) -> TrainResult:
+    """Fit a Probe (`kind='probe'`) or Judge (`kind='judge'`) on targets in [0, 1]."""
+    torch.manual_seed(hcfg.seed)
+    n_dims = targets.shape[1]
+    head = Probe(width, n_dims) if kind == "probe" else Judge(width, n_dims, hcfg.judge_dim, hcfg.judge_layers,
+                                                              hcfg.judge_heads)
+    opt = torch.optim.AdamW(head.parameters(), lr=hcfg.lr, weight_decay=hcfg.weight_decay)
+    y = torch.as_tensor(targets, dtype=torch.float32)
+    rng = np.random.default_rng(hcfg.seed)
+    best = (float("inf"), 0, copy.deepcopy(head.state_dict()))
+    history = []
+    epoch = 0
+    for epoch in range(1, hcfg.max_epochs + 1):
+        head.train()
+        total = 0.0
+        for b in _batches(train_idx, hcfg.batch_size, rng):
+            loss = nn.functional.mse_loss(_forward(head, kind, feats, b), y[torch.as_tensor(b)])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(b)
+        val = float(np.mean((predict(head, kind, feats, val_idx) - targets[val_idx]) ** 2))
+        history.append({"epoch": epoch, "train_loss": total / max(1, len(train_idx)), "val_loss": val})
+        if progress is not None:
+            progress.set_postfix(head=kind, epoch=epoch, val=f"{val:.4f}")
+        if val < best[0] - 1e-6:
+            best = (val, epoch, copy.deepcopy(head.state_dict()))
+        elif epoch - best[1] >= hcfg.patience:
+            break
+    head.load_state_dict(best[2])
+    head.eval()
+    return TrainResult(head, best[1], epoch, best[0], history)

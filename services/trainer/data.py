@@ -1,0 +1,58 @@
+"""The trainer's view of data: token shards (built on first use) and the held-out eval stream.
+
+Training batches come from `shared.data`'s mixture loader (each rank reads its own slice; the
+position is a small state saved in every checkpoint). Eval batches come from shards of held-out
+documents (`mixture.eval_documents`), never from the training stream, and each eval reads the
+same first batches, so eval losses are comparable across steps and runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch.distributed as dist
+
+from shared.config import ExperimentConfig
+from shared.data.loader import MixtureLoader
+from shared.data.prepare import make_loader, tokenize
+
+log = logging.getLogger(__name__)
+
+
+def eval_config(cfg: ExperimentConfig) -> ExperimentConfig | None:
+    """The config whose mixture reads the held-out shards, or None when none are configured."""
+    if not cfg.mixture.eval_documents:
+        return None
+    mix = cfg.mixture.model_copy(update={
+        "documents": list(cfg.mixture.eval_documents),
+        "shard_dir": str(Path(cfg.mixture.shard_dir).with_name(Path(cfg.mixture.shard_dir).name + "-eval")),
+        "on_exhausted": "repeat",
+        "rates": {},
+    })
+    return cfg.model_copy(update={"mixture": mix})
+
+
+def _has_shards(cfg: ExperimentConfig) -> bool:
+    return (Path(cfg.mixture.shard_dir) / "manifest.json").is_file()
+
+
+def prepare_shards(cfg: ExperimentConfig, rank: int) -> None:
+    """Rank 0 builds missing shards (train and eval) in-process; the others wait for it."""
+    if rank == 0:
+        for c in (cfg, eval_config(cfg)):
+            if c is not None and not _has_shards(c):
+                local = c.model_copy(update={"mixture": c.mixture.model_copy(update={"use_ray": False})})
+                log.info("building token shards in %s", c.mixture.shard_dir)
+                tokenize(local, progress=True)
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def train_loader(cfg: ExperimentConfig, rank: int, world: int) -> MixtureLoader:
+    return make_loader(cfg, rank=rank, world_size=world)
+
+
+def eval_loader(cfg: ExperimentConfig, rank: int, world: int) -> MixtureLoader | None:
+    ecfg = eval_config(cfg)
+    return None if ecfg is None else make_loader(ecfg, rank=rank, world_size=world)

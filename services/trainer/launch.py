@@ -1,0 +1,129 @@
+"""Launch training: a Ray Train `TorchTrainer` (gloo on CPU, NCCL on GPU), or one plain process.
+
+Both paths call the same `train_worker`, so `--no-ray` debugging runs exactly the code a cluster
+runs. Under Ray, Ray Train creates the process group; the plain path runs one process (rank 0 of
+1), and `spawn_local` starts N plain processes with a gloo group (used by tests that compare
+2-process and 1-process runs without paying Ray's start-up).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shared.config import ExperimentConfig
+from shared.config.loader import validate
+
+
+def _device_for(cfg: ExperimentConfig, local_rank: int) -> torch.device:
+    want = cfg.train.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("train.device=cuda but no CUDA device is visible; use train.device=cpu")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _ray_worker(config: dict[str, Any]) -> None:
+    import ray.train
+    import torch.distributed as dist
+
+    from services.trainer.loop import WorkerContext, train_worker
+
+    ctx = ray.train.get_context()
+    cfg = validate(config["cfg"], source="ray worker")
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    if world > 1 and not dist.is_initialized():
+        raise RuntimeError("Ray Train did not initialise the torch process group")
+    device = _device_for(cfg, ctx.get_local_rank())
+    result = train_worker(cfg, WorkerContext(rank, world, device), resume=config["resume"])
+    ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float | str | None)})
+
+
+def run_ray(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
+    """Train with `cfg.train.workers` Ray Train workers; returns the final metrics of rank 0."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    if not ray.is_initialized():
+        ray.init(address=cfg.cluster.address, num_cpus=cfg.cluster.num_cpus, namespace=cfg.cluster.namespace,
+                 include_dashboard=False, configure_logging=False)
+    use_gpu = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
+    cpus = max(1, (cfg.cluster.num_cpus or os.cpu_count() or 2) // cfg.train.workers) if not use_gpu else 1
+    trainer = TorchTrainer(
+        _ray_worker,
+        train_loop_config={"cfg": cfg.model_dump(mode="json"), "resume": resume},
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ScalingConfig(num_workers=cfg.train.workers, use_gpu=use_gpu,
+                                     resources_per_worker={"CPU": cpus}),
+        run_config=RunConfig(name=cfg.train.run_name or cfg.name,
+                             storage_path=str(Path(cfg.train.out_dir).resolve() / "ray")),
+    )
+    result = trainer.fit()
+    if result.error:
+        raise result.error
+    return dict(result.metrics or {})
+
+
+def run_local(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
+    """One process, no Ray: the debugging path (`moelab train --no-ray`)."""
+    from services.trainer.loop import WorkerContext, train_worker
+
+    if cfg.train.workers != 1:
+        return spawn_local(cfg, resume=resume)
+    return train_worker(cfg, WorkerContext(0, 1, _device_for(cfg, 0)), resume=resume)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawned(rank: int, world: int, port: int, cfg_json: dict, resume: bool, queue) -> None:
+    import torch.distributed as dist
+
+    from services.trainer.loop import WorkerContext, train_worker
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    cfg = validate(cfg_json, source="spawned worker")
+    device = _device_for(cfg, rank)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+    try:
+        result = train_worker(cfg, WorkerContext(rank, world, device), resume=resume)
+        queue.put((rank, result))
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_local(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
+    """`cfg.train.workers` plain processes with a gloo/NCCL group; returns rank 0's result."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port, world = _free_port(), cfg.train.workers
+    procs = [ctx.Process(target=_spawned, args=(r, world, port, cfg.model_dump(mode="json"), resume, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, dict] = {}
+    while len(results) < world:
+        if not queue.empty():
+            rank, res = queue.get()
+            results[rank] = res
+        elif any(p.exitcode not in (None, 0) for p in procs):
+            for p in procs:
+                p.terminate()
+            raise RuntimeError(f"training workers failed with exit codes {[p.exitcode for p in procs]}")
+        else:
+            time.sleep(0.05)
+    for p in procs:
+        p.join()
+    return results[0]

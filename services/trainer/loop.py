@@ -1,0 +1,238 @@
+"""The training loop every launch path runs: one function per worker process.
+
+Per step: `grad_accum` micro-batches forward/backward (LM loss + the MoE aux losses), a finite
+check agreed by all ranks (a NaN/Inf step is skipped and counted; `max_bad_steps` in a row stop
+the run naming the last good checkpoint), the optimizer step (Muon + AdamW, schedule, muP), the
+aux-loss-free router-bias update from loads summed over all ranks, metrics and router health.
+Checkpoints hold model, optimizer, router biases, RNG, data position and the tracker run id, so
+a resumed run reproduces the uninterrupted one bitwise on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from services.trainer.checkpoint import CheckpointManager
+from services.trainer.data import eval_loader, prepare_shards, train_loader
+from services.trainer.health import RouterHealthMonitor
+from services.trainer.metrics import Throughput, memory_gib, mfu
+from services.trainer.parallel import (
+    finish_gradients,
+    parallelize,
+    sync_router_loads,
+)
+from shared import tracking
+from shared.config import ExperimentConfig, save_resolved
+from shared.hardware import measured_peak_flops
+from shared.model import MoETransformer, count_params, flops_per_token
+from shared.optim import build_optimizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerContext:
+    rank: int
+    world_size: int
+    device: torch.device
+
+
+class TrainingStopped(RuntimeError):
+    """The run cannot continue (too many bad steps, a collapsed router with stop_on_collapse)."""
+
+
+def run_dir(cfg: ExperimentConfig) -> Path:
+    return Path(cfg.train.out_dir) / (cfg.train.run_name or cfg.name)
+
+
+def _all_ranks_max(value: float, device: torch.device) -> float:
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _mean_over_ranks(value: float, device: torch.device) -> float:
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
+def _grads_finite(model: torch.nn.Module) -> bool:
+    for p in model.parameters():
+        if p.grad is not None:
+            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            if not torch.isfinite(g).all():
+                return False
+    return True
+
+
+def lm_loss(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits_BTV.float().reshape(-1, logits_BTV.shape[-1]), targets_BT.reshape(-1))
+
+
+@torch.no_grad()
+def evaluate(model, loader, batches: int, device: torch.device) -> float:
+    """Mean LM loss over the first `batches` held-out batches (the same ones every time)."""
+    loader.load_state_dict({"step": 0})
+    model.eval()
+    losses = []
+    for _ in range(batches):
+        batch = next(loader)
+        logits, _ = model(batch.inputs_BT.to(device))
+        losses.append(float(lm_loss(logits, batch.targets_BT.to(device))))
+    model.train()
+    return _mean_over_ranks(sum(losses) / len(losses), device)
+
+
+def _layer_health_stats(layers: dict[int, dict], load_sum: dict[int, torch.Tensor]) -> dict[int, dict]:
+    return {
+        i: {"maxvio": float(s["max_vio"]), "entropy": float(s["router_entropy"]), "tokens_per_expert": load_sum[i].tolist()}
+        for i, s in layers.items()
+    }
+
+
+def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False) -> dict[str, Any]:
+    """Train `cfg` as rank `ctx.rank` of `ctx.world_size`; returns final metrics (rank 0's view)."""
+    tc = cfg.train
+    out = run_dir(cfg)
+    is_main = ctx.rank == 0
+    if is_main:
+        save_resolved(cfg, out)
+    torch.manual_seed(tc.seed)  # identical init on every rank; data differs by rank through the loader
+    torch.use_deterministic_algorithms(ctx.device.type == "cpu", warn_only=True)
+
+    model = MoETransformer(cfg.model).to(ctx.device)
+    counts = count_params(cfg.model)
+    model = parallelize(model, tc, ctx.rank, ctx.world_size)
+    optimizer = build_optimizer(model, cfg.optim, tc.steps, master_weights=cfg.model.moe.precision.master_weights)
+
+    prepare_shards(cfg, ctx.rank)
+    loader = train_loader(cfg, ctx.rank, ctx.world_size)
+    held_out = eval_loader(cfg, ctx.rank, ctx.world_size)
+
+    ckpt = CheckpointManager(out / "checkpoints", keep_last=tc.keep_last)
+    start, run_id, bad_total = 0, None, 0
+    latest = ckpt.latest() if resume else None
+    if resume and latest is None:
+        log.warning("--resume: no checkpoint under %s, starting from step 0", ckpt.root)
+    if latest is not None:
+        meta = ckpt.load(latest, model, optimizer)
+        optimizer.step_count = meta["optim_step"]
+        loader.load_state_dict(meta["data"])
+        start, run_id, bad_total = meta["step"], meta.get("tracker_run_id"), meta.get("bad_steps", 0)
+
+    run = tracking.init(config=cfg, name=tc.run_name or cfg.name, tags=["train", cfg.model.ffn], id=run_id,
+                        mode=cfg.tracker.mode if is_main else "disabled")
+    peak = measured_peak_flops(ctx.device)
+    fwd_flops = flops_per_token(cfg.model, tc.seq_len, counts)
+    n_experts = cfg.model.moe.n_routed_experts
+    health = RouterHealthMonitor(tc.router_health, n_experts)
+    tokens_per_step = tc.micro_batch_size * tc.seq_len * tc.grad_accum * ctx.world_size
+    speed = Throughput()
+    bar = tqdm(total=tc.steps, initial=start, desc="train", disable=not is_main, dynamic_ncols=True)
+    last_good = str(latest) if latest else None
+    bad_run, final = 0, {}
+
+    for step in range(start, tc.steps):
+        speed.start()
+        loss_sum, load_sum, layers, aux_sum = 0.0, {}, {}, 0.0
+        for _ in range(tc.grad_accum):
+            batch = next(loader)
+            logits, aux = model(batch.inputs_BT.to(ctx.device))
+            loss = lm_loss(logits, batch.targets_BT.to(ctx.device))
+            if step in tc.fault_inject_nan_steps:
+                loss = loss * float("nan")
+            ((loss + aux["aux_loss"]) / tc.grad_accum).backward()
+            loss_sum += float(loss.detach()) / tc.grad_accum
+            aux_sum += float(aux["aux_loss"].detach()) / tc.grad_accum
+            layers = aux["layers"]
+            for i, s in layers.items():
+                load_sum[i] = load_sum.get(i, 0) + s["tokens_per_expert"].detach()
+        bad = not (math.isfinite(loss_sum) and _grads_finite(model))
+        if _all_ranks_max(float(bad), ctx.device) > 0:
+            optimizer.zero_grad()
+            for layer in model.moe_layers():
+                layer.load_accum_E.zero_()
+            bad_run, bad_total = bad_run + 1, bad_total + 1
+            run.event("bad_step", f"step {step}: non-finite loss or gradients, step skipped", step=step)
+            log.warning("step %d: non-finite loss or gradients; skipped (%d in a row)", step, bad_run)
+            if bad_run >= tc.max_bad_steps:
+                run.finish(status="failed")
+                raise TrainingStopped(
+                    f"{bad_run} consecutive non-finite steps (max_bad_steps={tc.max_bad_steps}) at step {step}; "
+                    f"last good checkpoint: {last_good or 'none'}"
+                )
+            speed.stop(0)
+            bar.update(1)
+            continue
+        bad_run = 0
+        finish_gradients(model, tc, ctx.world_size)
+        opt_stats = optimizer.step()
+        optimizer.zero_grad()
+        sync_router_loads(model)
+        model.update_router_biases()
+        speed.stop(tokens_per_step)
+
+        loss_mean = _mean_over_ranks(loss_sum, ctx.device)
+        if step % tc.log_every == 0 or step == tc.steps - 1:
+            tps = speed.rate()
+            metrics = {"loss": loss_mean, "aux_loss": aux_sum, "tokens_per_s": tps, "tokens": (step + 1) * tokens_per_step,
+                       "memory_gib": memory_gib(ctx.device), "bad_steps": bad_total, **opt_stats}
+            util = mfu(tps / max(ctx.world_size, 1), fwd_flops, peak)
+            if util is not None:
+                metrics["mfu"] = util
+            if layers:
+                maxvios = [float(s["max_vio"]) for s in layers.values()]
+                metrics["router/maxvio"] = max(maxvios)
+                metrics["router/dead_experts"] = sum(int((load_sum[i] == 0).sum()) for i in layers)
+                metrics["router/entropy"] = sum(float(s["router_entropy"]) for s in layers.values()) / len(layers)
+                for i, s in layers.items():
+                    metrics[f"router/maxvio/layer{i}"] = float(s["max_vio"])
+                    metrics[f"router/bias_max/layer{i}"] = float(s["bias_max"])
+                    metrics[f"router/bias_min/layer{i}"] = float(s["bias_min"])
+            run.log(metrics, step=step)
+            final = metrics
+            bar.set_postfix(loss=f"{loss_mean:.3f}", tok_s=f"{tps:,.0f}")
+        if layers and (step % tc.hist_every == 0 or step == tc.steps - 1):
+            for i in layers:
+                run.log_histogram(f"router/load/layer{i}", load_sum[i].tolist(), step=step)
+        if layers:
+            for warning in health.observe(step, _layer_health_stats(layers, load_sum)):
+                run.event("router_health", warning.message, layer=warning.layer, kind=warning.kind, step=step)
+                log.warning("router health: %s", warning.message)
+                if tc.router_health.stop_on_collapse:
+                    ckpt.save(step + 1, model, optimizer, _meta(loader, run, optimizer, bad_total))
+                    run.finish(status="failed")
+                    raise TrainingStopped(f"router collapse at step {step}: {warning.message}")
+        if held_out is not None and ((step + 1) % tc.eval_every == 0 or step == tc.steps - 1):
+            eval_loss = evaluate(model, held_out, tc.eval_batches, ctx.device)
+            run.log({"eval/loss": eval_loss}, step=step)
+            final["eval/loss"] = eval_loss
+        if (step + 1) % tc.checkpoint_every == 0 or step == tc.steps - 1:
+            path = ckpt.save(step + 1, model, optimizer, _meta(loader, run, optimizer, bad_total))
+            last_good = str(path)
+            if is_main:
+                run.artifact(str(path), kind="checkpoint")
+        bar.update(1)
+    bar.close()
+    run.finish()
+    return {**final, "run_id": run.id, "steps": tc.steps, "total_params": counts.total, "active_params": counts.active,
+            "checkpoint": last_good, "run_dir": str(out)}
+
+
+def _meta(loader, run, optimizer, bad_total: int) -> dict[str, Any]:
+    return {"data": loader.state_dict(), "tracker_run_id": run.id, "bad_steps": bad_total,
+            "optim_step": optimizer.step_count}

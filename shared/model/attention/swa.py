@@ -1,0 +1,145 @@
+"""Sliding-window attention (SWA; Mistral 7B, arXiv:2310.06825) with optional attention sinks.
+
+Each query at position t sees keys s with t - w < s <= t, so cost and KV cache are O(w) per token
+instead of O(T). Put `gqa` in the pattern for a global layer every k-th layer
+(`pattern: [swa, swa, swa, gqa]`). Projections, GQA sharing and RoPE are exactly GQA's.
+
+Sinks (both optional): `sink_tokens` keeps the first S tokens visible to every query
+(StreamingLLM, arXiv:2309.17453); `learned_sinks` adds one learned logit per head to the softmax
+denominator that absorbs probability mass without contributing a value (gpt-oss).
+
+Three paths compute the same function:
+- `flex` (CUDA): FlexAttention with a block mask, so skipped blocks cost nothing; a learned sink
+  rescales the output by sigmoid(lse - sink), which equals adding exp(sink) to the denominator.
+- `blocked` (default elsewhere): queries in blocks of `block`, each attending to its block plus the
+  w-1 keys before it, gathered with `unfold` — O(T·(w + block)) time and memory. FlexAttention has
+  no backward on CPU (docs/DEPENDENCY-NOTES), so this is the CPU training path.
+- `dense`: SDPA with a (T, T) mask; quadratic, kept as the plain reference that tests compare to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from shared.model.attention.gqa import GroupedQueryAttention
+from shared.model.attention.registry import register_attention
+
+if TYPE_CHECKING:
+    from shared.config.model import ModelConfig
+
+_BLOCK = 64
+
+
+def sliding_window_mask(T: int, window: int, sink_tokens: int = 0, device=None) -> Tensor:
+    """(T, T) bool, True where query t may attend key s: t - window < s <= t, or s < sink_tokens."""
+    t = torch.arange(T, device=device)[:, None]
+    s = torch.arange(T, device=device)[None, :]
+    return (s <= t) & ((t - s < window) | (s < sink_tokens))
+
+
+@register_attention("swa")
+class SlidingWindowAttention(GroupedQueryAttention):
+    def __init__(self, cfg: ModelConfig, layer_idx: int = 0) -> None:
+        super().__init__(cfg, layer_idx)
+        s = cfg.attention.swa
+        self.window = s.window
+        self.sink_tokens = s.sink_tokens
+        self.sink_logit_H = nn.Parameter(torch.zeros(self.n_heads)) if s.learned_sinks else None
+        self.impl = "auto"  # auto | flex | blocked | dense; tests pin one
+        self._flex_cache: dict[tuple, object] = {}
+
+    def forward(self, x_BTD: Tensor) -> Tensor:
+        B, T, _ = x_BTD.shape
+        q, k, v = self.project_qkv(x_BTD)
+        impl = self.impl
+        if impl == "auto":
+            impl = "flex" if x_BTD.is_cuda else "blocked"
+        o_BHTd = {"flex": self._flex, "blocked": self._blocked, "dense": self._dense}[impl](q, k, v)
+        return self.wo(o_BHTd.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+    def _dense(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        T = q.shape[-2]
+        allowed_TT = sliding_window_mask(T, self.window, self.sink_tokens, q.device)
+        gqa = self.n_kv_heads != self.n_heads
+        if self.sink_logit_H is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed_TT, enable_gqa=gqa)
+        # Learned sink = one extra key with score `sink_h` and a zero value.
+        B, Hk, _, d = k.shape
+        k = torch.cat([k, k.new_zeros(B, Hk, 1, d)], dim=2)
+        v = torch.cat([v, v.new_zeros(B, Hk, 1, d)], dim=2)
+        bias = torch.zeros(T, T, dtype=q.dtype, device=q.device).masked_fill(~allowed_TT, float("-inf"))
+        sink_HT1 = self.sink_logit_H.to(q.dtype)[:, None, None].expand(-1, T, 1)
+        bias_HTS = torch.cat([bias.expand(self.n_heads, T, T), sink_HT1], dim=-1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias_HTS, enable_gqa=gqa)
+
+    def _blocked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        B, H, T, d = q.shape
+        rep = self.n_heads // self.n_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        bs = min(_BLOCK, T)
+        n = -(-T // bs)
+        P = min(self.window, T) - 1  # keys before a block that its queries may still see
+        pad_right = n * bs - T
+        q_BHNbd = F.pad(q, (0, 0, 0, pad_right)).view(B, H, n, bs, d)
+        k_pad = F.pad(k, (0, 0, P, pad_right))
+        v_pad = F.pad(v, (0, 0, P, pad_right))
+        # (B, H, n, d, P+bs) -> (B, H, n, P+bs, d): block i sees absolute keys i*bs-P .. i*bs+bs-1.
+        k_win = k_pad.unfold(2, P + bs, bs).transpose(-1, -2)
+        v_win = v_pad.unfold(2, P + bs, bs).transpose(-1, -2)
+        t_NB1 = (torch.arange(n, device=q.device)[:, None] * bs + torch.arange(bs, device=q.device))[:, :, None]
+        s_N1S = (torch.arange(n, device=q.device)[:, None] * bs - P + torch.arange(P + bs, device=q.device))[:, None, :]
+        allowed = (s_N1S >= 0) & (s_N1S <= t_NB1) & (t_NB1 - s_N1S < self.window)
+        scores = (q_BHNbd @ k_win.transpose(-1, -2)) * d**-0.5
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        values = v_win
+        S = min(self.sink_tokens, T)
+        if S > 0:  # sink keys not already inside the window
+            sink_scores = torch.einsum("bhnqd,bhsd->bhnqs", q_BHNbd, k[:, :, :S]) * d**-0.5
+            s_S = torch.arange(S, device=q.device)
+            sink_ok = (s_S <= t_NB1) & (t_NB1 - s_S >= self.window)
+            scores = torch.cat([scores, sink_scores.masked_fill(~sink_ok, float("-inf"))], dim=-1)
+            values = torch.cat([values, v[:, :, None, :S].expand(-1, -1, n, -1, -1)], dim=-2)
+        if self.sink_logit_H is not None:
+            sink = self.sink_logit_H.to(scores.dtype)[None, :, None, None, None].expand(B, H, n, bs, 1)
+            scores = torch.cat([scores, sink], dim=-1)
+            values = torch.cat([values, values.new_zeros(B, H, n, 1, d)], dim=-2)
+        probs = scores.softmax(dim=-1)
+        o = probs @ values
+        return o.reshape(B, H, n * bs, d)[:, :, :T]
+
+    def _flex(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        T = q.shape[-2]
+        key = (T, q.device)
+        if key not in self._flex_cache:
+            window, sinks = self.window, self.sink_tokens
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                return (kv_idx <= q_idx) & ((q_idx - kv_idx < window) | (kv_idx < sinks))
+
+            self._flex_cache[key] = create_block_mask(mask_mod, None, None, T, T, device=q.device)
+        gqa = self.n_kv_heads != self.n_heads
+        out, lse = _compiled_flex()(q, k, v, block_mask=self._flex_cache[key], enable_gqa=gqa, return_lse=True)
+        if self.sink_logit_H is None:
+            return out
+        gate = torch.sigmoid(lse - self.sink_logit_H.to(lse.dtype)[None, :, None])
+        return out * gate.unsqueeze(-1).to(out.dtype)
+
+
+_FLEX = None
+
+
+def _compiled_flex():
+    """FlexAttention compiled once per process (uncompiled it materialises the full score matrix)."""
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _FLEX = torch.compile(flex_attention, dynamic=False)
+    return _FLEX

@@ -1,0 +1,41 @@
+"""Routed experts: E fine-grained SwiGLU experts stored as 3-D tensors, run by `shared.kernels`.
+
+Shapes are in the names: `w1_EFD`/`w3_EFD` (experts, expert width, model dim) and `w2_EDF`, each
+expert in `nn.Linear` (out, in) layout so an optimizer can treat every expert as its own matrix
+(Muon orthogonalises the last two dims) and precision code can wrap `shared.kernels.grouped_mm`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from shared.kernels import moe_experts_forward
+from shared.kernels.dispatch import Routing
+
+
+class RoutedExperts(nn.Module):
+    def __init__(self, n_experts: int, d_model: int, hidden: int, backend: str = "auto") -> None:
+        super().__init__()
+        self.backend = backend
+        self.w1_EFD = nn.Parameter(torch.empty(n_experts, hidden, d_model))
+        self.w3_EFD = nn.Parameter(torch.empty(n_experts, hidden, d_model))
+        self.w2_EDF = nn.Parameter(torch.empty(n_experts, d_model, hidden))
+        for w in (self.w1_EFD, self.w3_EFD):
+            nn.init.normal_(w, std=d_model**-0.5)
+        nn.init.normal_(self.w2_EDF, std=hidden**-0.5)
+        # precision (issue 5): a shared.precision GemmRecipe set by apply_precision; None = plain GEMMs.
+        self.precision_recipe = None
+
+    def forward(self, x_TD: Tensor, idx_TK: Tensor, weights_TK: Tensor, capacity: int | None = None) -> tuple[Tensor, Routing]:
+        # --- precision (issue 5): low-precision expert GEMMs via shared.precision when configured ---
+        if self.precision_recipe is not None:
+            from shared.precision.experts import lp_moe_experts_forward
+
+            return lp_moe_experts_forward(
+                x_TD, idx_TK, weights_TK, self.w1_EFD, self.w3_EFD, self.w2_EDF, self.precision_recipe, capacity
+            )
+        # --- end precision ---
+        return moe_experts_forward(
+            x_TD, idx_TK, weights_TK, self.w1_EFD, self.w3_EFD, self.w2_EDF, backend=self.backend, capacity=capacity
+        )

@@ -1,0 +1,84 @@
+"""DeepSeek-V3-style MoE layer: shared experts + fine-grained routed experts, dropless by default.
+
+y = shared(x') + Σ_k w_k · expert_{i_k}(x'), with x' = bungee · x (see `MoELayer`).
+The layer returns its output and a dict of router statistics; its aux losses (already scaled by
+their coefficients) are in `stats["aux_loss"]`, and the loads seen while training are summed into
+`load_accum_E` for the aux-loss-free bias update applied by `update_bias()` after each optimizer
+step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from shared.model.balance import bias_update_, router_z_loss, seq_aux_loss, switch_aux_loss
+from shared.model.experts import RoutedExperts
+from shared.model.ffn import SwiGLU
+from shared.model.router import Router
+from shared.model.stats import router_stats
+
+if TYPE_CHECKING:
+    from shared.config.model import MoEConfig
+
+
+class MoELayer(nn.Module):
+    """Routed + shared SwiGLU experts with a learnable "bungee" scalar.
+
+    The bungee scalar, our reading of the Kaiju-style recipe ("a learnable scalar on the experts'
+    pre-output norm, initialised at 2.0"): the block's pre-FFN RMSNorm output that feeds the
+    experts is multiplied by one learnable scalar (init `bungee_init` = 2.0) before the router and
+    the experts see it. RMSNorm's per-channel gain is decayed/optimised like any vector; the scalar
+    lets the whole expert input stretch or shrink as one "bungee", so experts start with a
+    larger-than-unit input and can pull it back, without touching the residual stream's scale.
+    With `bungee: false` the scalar is absent (x' = x).
+    """
+
+    def __init__(self, d_model: int, cfg: MoEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.router = Router(d_model, cfg)
+        self.experts = RoutedExperts(cfg.n_routed_experts, d_model, cfg.expert_hidden, cfg.dispatch_backend)
+        self.shared = SwiGLU(d_model, cfg.n_shared_experts * cfg.expert_hidden) if cfg.n_shared_experts else None
+        self.bungee = nn.Parameter(torch.tensor(float(cfg.bungee_init))) if cfg.bungee else None
+        self.register_buffer("load_accum_E", torch.zeros(cfg.n_routed_experts, dtype=torch.float32), persistent=False)
+
+    def capacity(self, n_tokens: int) -> int | None:
+        """Per-expert capacity: ceil(capacity_factor · T·K / E), or None when dropless."""
+        cf = self.cfg.capacity_factor
+        if cf is None:
+            return None
+        return max(1, math.ceil(cf * n_tokens * self.cfg.top_k / self.cfg.n_routed_experts))
+
+    def forward(self, x_BTD: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        cfg = self.cfg
+        B, T, D = x_BTD.shape
+        if self.bungee is not None:
+            x_BTD = x_BTD * self.bungee.to(x_BTD.dtype)
+        x_ND = x_BTD.reshape(B * T, D)
+        r = self.router(x_ND)
+        routed_ND, routing = self.experts(x_ND, r.idx_TK, r.weights_TK, self.capacity(B * T))
+        y_ND = routed_ND if self.shared is None else routed_ND + self.shared(x_ND)
+        load_E = torch.bincount(r.idx_TK.reshape(-1), minlength=cfg.n_routed_experts)
+        if self.training:
+            self.load_accum_E += load_E.to(self.load_accum_E.dtype)
+        E, bal = cfg.n_routed_experts, cfg.balance
+        losses = {
+            "seq_aux_loss": seq_aux_loss(r.scores_TE.view(B, T, E), r.idx_TK.view(B, T, -1), E),
+            "switch_aux_loss": switch_aux_loss(r.scores_TE, r.idx_TK, E),
+            "z_loss": router_z_loss(r.logits_TE),
+        }
+        coefs = {"seq_aux_loss": bal.seq_aux_alpha, "switch_aux_loss": bal.switch_aux_alpha, "z_loss": bal.z_loss_coef}
+        aux = sum((losses[k] * c for k, c in coefs.items() if c > 0), torch.zeros((), device=x_BTD.device))
+        stats = router_stats(load_E, r.scores_TE, self.router.expert_bias_E, losses, routing.dropped)
+        stats["aux_loss"] = aux
+        return y_ND.view(B, T, D), stats
+
+    @torch.no_grad()
+    def update_bias(self) -> None:
+        """Aux-loss-free step b_i += γ·sign(mean − load_i) from loads since the last call; resets them."""
+        bias_update_(self.router.expert_bias_E, self.load_accum_E, self.cfg.balance.bias_update_rate)
+        self.load_accum_E.zero_()

@@ -1,0 +1,65 @@
+"""Rotary position embedding (RoPE; Su et al. 2021, "RoFormer", arXiv:2104.09864).
+
+Why here and not inside each attention file: GQA, SWA, NSA and MLA all rotate queries and keys the
+same way (MLA only a `qk_rope_head_dim` slice of them), so one cache and one `apply_rope` keep them
+consistent. We use the "rotate-half" layout of GPT-NeoX/Llama: the first half of a head's channels
+pairs with the second half, frequency i is `theta ** (-2i / dim)`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def rope_frequencies(dim: int, max_seq_len: int, theta: float = 10000.0) -> tuple[Tensor, Tensor]:
+    """cos and sin tables of shape (max_seq_len, dim), in fp32, for `apply_rope`.
+
+    `dim` must be even: channels are rotated in pairs.
+    """
+    if dim % 2:
+        raise ValueError(f"RoPE needs an even head dimension, got {dim}; use an even head_dim/qk_rope_head_dim")
+    inv_freq_F = theta ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    pos_T = torch.arange(max_seq_len, dtype=torch.float64)
+    angles_TF = torch.outer(pos_T, inv_freq_F)
+    angles_TD = torch.cat([angles_TF, angles_TF], dim=-1)
+    return angles_TD.cos().float(), angles_TD.sin().float()
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) over the last dimension's two halves."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x_BHTD: Tensor, cos_TD: Tensor, sin_TD: Tensor) -> Tensor:
+    """Rotate `x` (..., T, D) by position; cos/sin are (T, D) tables already cut to length T.
+
+    Computed in fp32 and cast back, so bf16 activations do not lose the rotation's precision.
+    """
+    x = x_BHTD.float()
+    out = x * cos_TD + rotate_half(x) * sin_TD
+    return out.to(x_BHTD.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Holds the cos/sin cache for `max_seq_len` positions (non-persistent buffers: derived, not learned)."""
+
+    def __init__(self, dim: int, max_seq_len: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        self.dim = dim
+        self.max_seq_len = max_seq_len
+        cos, sin = rope_frequencies(dim, max_seq_len, theta)
+        self.register_buffer("cos_TD", cos, persistent=False)
+        self.register_buffer("sin_TD", sin, persistent=False)
+
+    def forward(self, x_BHTD: Tensor) -> Tensor:
+        """Rotate x (..., T, dim) for positions 0..T-1."""
+        T = x_BHTD.shape[-2]
+        if T > self.max_seq_len:
+            raise ValueError(
+                f"sequence length {T} exceeds model.max_seq_len ({self.max_seq_len}); raise max_seq_len in the config"
+            )
+        if x_BHTD.shape[-1] != self.dim:
+            raise ValueError(f"RoPE built for dim {self.dim} but got inputs with last dim {x_BHTD.shape[-1]}")
+        return apply_rope(x_BHTD, self.cos_TD[:T], self.sin_TD[:T])

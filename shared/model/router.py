@@ -1,0 +1,63 @@
+"""Token-choice top-k router in the DeepSeek-V3 style, computed in fp32.
+
+scores = softmax or sigmoid of x·W_rᵀ; selection uses scores + bias (the aux-loss-free balancing
+bias, a checkpointed buffer that never receives gradients); the combine weights are the *unbiased*
+scores of the chosen experts, optionally renormalised to sum to 1 and multiplied by `route_scale`.
+Group-limited routing (DeepSeek-V3 §2.1.2): experts are split into `n_groups`; a group's score is
+the sum of its two highest (biased) scores; each token may only pick experts from its best
+`topk_groups` groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from shared.config.model import MoEConfig
+
+
+@dataclass
+class RouterOutput:
+    idx_TK: Tensor  # chosen experts
+    weights_TK: Tensor  # combine weights (fp32)
+    scores_TE: Tensor  # unbiased scores (fp32), for aux losses and stats
+    logits_TE: Tensor  # pre-activation logits (fp32), for the z-loss
+
+
+class Router(nn.Module):
+    def __init__(self, d_model: int, cfg: MoEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        E = cfg.n_routed_experts
+        self.weight_ED = nn.Parameter(torch.empty(E, d_model))
+        nn.init.normal_(self.weight_ED, std=d_model**-0.5)
+        # Checkpointed; updated by `bias_update_` after optimizer steps, never by gradients.
+        self.register_buffer("expert_bias_E", torch.zeros(E, dtype=torch.float32))
+
+    def forward(self, x_TD: Tensor) -> RouterOutput:
+        cfg = self.cfg
+        logits_TE = F.linear(x_TD.float(), self.weight_ED.float())
+        scores_TE = logits_TE.sigmoid() if cfg.score_func == "sigmoid" else logits_TE.softmax(-1)
+        select_TE = scores_TE.detach() + self.expert_bias_E
+        if cfg.n_groups > 1:
+            select_TE = self._limit_groups(select_TE)
+        idx_TK = select_TE.topk(cfg.top_k, dim=-1, sorted=False).indices
+        weights_TK = scores_TE.gather(1, idx_TK)
+        if cfg.norm_topk_prob and cfg.top_k > 1:
+            weights_TK = weights_TK / weights_TK.sum(-1, keepdim=True).clamp_min(1e-20)
+        return RouterOutput(idx_TK, weights_TK * cfg.route_scale, scores_TE, logits_TE)
+
+    def _limit_groups(self, select_TE: Tensor) -> Tensor:
+        cfg = self.cfg
+        T, E = select_TE.shape
+        grouped_TGe = select_TE.view(T, cfg.n_groups, E // cfg.n_groups)
+        top = min(2, grouped_TGe.shape[-1])
+        group_score_TG = grouped_TGe.topk(top, dim=-1).values.sum(-1)
+        keep_TG = torch.zeros_like(group_score_TG, dtype=torch.bool)
+        keep_TG.scatter_(1, group_score_TG.topk(cfg.topk_groups, dim=-1).indices, True)
+        return grouped_TGe.masked_fill(~keep_TG[..., None], float("-inf")).view(T, E)

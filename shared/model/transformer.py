@@ -1,0 +1,84 @@
+"""MoETransformer: decoder-only LM with RMSNorm pre-norm blocks, per-layer attention and MoE FFNs.
+
+Layer i uses the attention kind `cfg.attention_kind(i)` (built by `shared.model.attention`'s
+registry, RoPE inside) and, for `ffn: moe`, a dense SwiGLU for i < first_k_dense and a `MoELayer`
+after; `ffn: dense` makes every FFN a SwiGLU as wide as the MoE's active experts (the dense twin).
+The model knows nothing of distribution or precision policy.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from shared.config.model import ModelConfig
+from shared.model.attention import build_attention
+from shared.model.ffn import SwiGLU
+from shared.model.moe import MoELayer
+from shared.model.mup import embedding_multiplier, init_weights, logit_multiplier, lr_multipliers
+from shared.model.norm import RMSNorm
+from shared.precision.experts import apply_precision
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = build_attention(cfg, layer_idx)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.is_moe = cfg.ffn == "moe" and layer_idx >= cfg.first_k_dense
+        self.ffn = MoELayer(cfg.d_model, cfg.moe) if self.is_moe else SwiGLU(cfg.d_model, cfg.resolved_dense_hidden)
+
+    def forward(self, x_BTD: Tensor) -> tuple[Tensor, dict[str, Tensor] | None]:
+        x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD))
+        if self.is_moe:
+            y_BTD, stats = self.ffn(self.ffn_norm(x_BTD))
+            return x_BTD + y_BTD, stats
+        return x_BTD + self.ffn(self.ffn_norm(x_BTD)), None
+
+
+class MoETransformer(nn.Module):
+    """`forward(tokens_BT) -> (logits_BTV, aux)`.
+
+    aux = {"layers": {layer index: router stats of that MoE layer}, "aux_loss": Σ scaled aux
+    losses (add it to the LM loss)}. After each optimizer step call `update_router_biases()`.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.emb_mult = embedding_multiplier(cfg)
+        self.logit_mult = logit_multiplier(cfg)
+        init_weights(self, cfg)
+        apply_precision(self, cfg.moe.precision)  # precision (issue 5): expert/dense GEMM formats
+
+    def forward(self, tokens_BT: Tensor) -> tuple[Tensor, dict]:
+        x_BTD = self.tok_embeddings(tokens_BT) * self.emb_mult
+        layer_stats: dict[int, dict[str, Tensor]] = {}
+        aux_loss = torch.zeros((), device=tokens_BT.device)
+        for i, block in enumerate(self.layers):
+            x_BTD, stats = block(x_BTD)
+            if stats is not None:
+                aux_loss = aux_loss + stats.pop("aux_loss")
+                layer_stats[i] = stats
+        h_BTD = self.norm(x_BTD)
+        head_VD = self.tok_embeddings.weight if self.lm_head is None else self.lm_head.weight
+        logits_BTV = torch.nn.functional.linear(h_BTD, head_VD.to(h_BTD.dtype)) * self.logit_mult
+        return logits_BTV, {"layers": layer_stats, "aux_loss": aux_loss}
+
+    def moe_layers(self) -> list[MoELayer]:
+        return [b.ffn for b in self.layers if b.is_moe]
+
+    @torch.no_grad()
+    def update_router_biases(self) -> None:
+        """Aux-loss-free balancing step for every MoE layer, from loads accumulated since the last call."""
+        for layer in self.moe_layers():
+            layer.update_bias()
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """muP LR multiplier per parameter name (see shared.model.mup)."""
+        return lr_multipliers(self, self.cfg)

@@ -1,0 +1,51 @@
+"""The benchmark's quick mode runs and ends with its JSON line; the CLI filters and inspects."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from moelab.cli import app
+from tests.services.data_filter import realtext
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+def test_benchmark_quick_prints_ratio_and_agreement_last():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "data_filter.py"), "--quick"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last["ratio"] > 0 and 0 <= last["agreement"] <= 1
+    assert last["agreement"] >= 0.99, last  # same keep decisions on the shared rules
+    assert last["kept_ours"] > 0
+
+
+def test_cli_filter_then_inspect(tmp_path):
+    src = tmp_path / "in.jsonl"
+    recs = [{"id": f"m{i}", "text": realtext.prose_doc(3, start=i * 3)} for i in range(12)]
+    recs.append({"id": "de", "text": " ".join(realtext.udhr("de"))})
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs) + "not json\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "tracker": {"mode": "disabled"},
+        "data": {"inputs": [{"name": "manual", "kind": "web", "paths": [str(src)]}], "out_dir": str(tmp_path / "out")},
+    }))
+    runner = CliRunner()
+    res = runner.invoke(app, ["data", "filter", str(recipe), "data.filter.workers=0"])
+    assert res.exit_code == 0, res.output
+    assert "funnel: read 14 -> valid 13" in res.output
+    res = runner.invoke(app, ["data", "inspect", str(tmp_path / "out"), "--reason", "language_not_kept"])
+    assert res.exit_code == 0, res.output
+    assert "language:language_not_kept  id=de" in res.output
+    res = runner.invoke(app, ["data", "inspect", str(tmp_path / "out"), "--rejects"])
+    assert "malformed_json" in res.output
+    bad = runner.invoke(app, ["data", "filter", str(recipe), "data.filter.chains.web.language.min_score=2"])
+    assert bad.exit_code == 2 and "min_score" in bad.output

@@ -1,0 +1,114 @@
+"""The layer-by-layer adapter reproduces the model's own forward, and the cascade stops early."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.scorer.backbone import LayerwiseBackbone
+from services.scorer.cascade import CascadeScorer
+from services.scorer.heads import Judge, Probe
+from services.scorer.sample_docs import python_docs
+from tests.services.scorer.conftest import tiny_gpt_oss
+
+
+def _layerwise_all(bb: LayerwiseBackbone, ids, am) -> list[torch.Tensor]:
+    st = bb.embed(ids, am)
+    outs = []
+    for i in range(bb.n_layers):
+        st = bb.run(st, i + 1)
+        outs.append(bb.features(st))
+    return outs
+
+
+def test_minilm_layerwise_equals_model_forward(minilm):
+    texts = [d["text"] for d in python_docs(3, 2, seed=5)] + ["short"]
+    ids, am = minilm.tokenize(texts, 48)
+    ref = minilm.model(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros_like(ids),
+                       output_hidden_states=True).hidden_states
+    outs = _layerwise_all(minilm, ids, am)
+    assert minilm.n_layers == 6 and minilm.width == 384
+    for i, h in enumerate(outs):
+        torch.testing.assert_close(h[am.bool()], ref[i + 1][am.bool()], rtol=1e-5, atol=1e-5)
+
+
+def test_tiny_gpt_oss_layerwise_equals_model_forward_with_padding_and_sliding_window():
+    model = tiny_gpt_oss()
+    bb = LayerwiseBackbone(model)
+    ids = torch.randint(0, 512, (3, 12), generator=torch.Generator().manual_seed(1))
+    am = torch.ones_like(ids)
+    am[1, 8:] = 0
+    am[2, 5:] = 0
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=am, output_hidden_states=True).hidden_states
+    outs = _layerwise_all(bb, ids, am)
+    for i, h in enumerate(outs):
+        torch.testing.assert_close(h[am.bool()], ref[i + 1][am.bool()], rtol=1e-5, atol=1e-5)
+
+
+def test_selected_rows_continue_exactly_as_in_the_full_batch():
+    model = tiny_gpt_oss()
+    bb = LayerwiseBackbone(model)
+    ids = torch.randint(0, 512, (3, 10), generator=torch.Generator().manual_seed(2))
+    am = torch.ones_like(ids)
+    am[2, 6:] = 0
+    full = bb.run(bb.run(bb.embed(ids, am), 2), 4)
+    part = bb.run(bb.select(bb.run(bb.embed(ids, am), 2), torch.tensor([2])), 4)
+    torch.testing.assert_close(bb.features(part)[0, :6], bb.features(full)[2, :6], rtol=1e-5, atol=1e-5)
+
+
+def _random_heads(width: int) -> dict:
+    torch.manual_seed(0)
+    return {"general": (Probe(width, 5).eval(), Judge(width, 5, 32, 1, 4).eval()),
+            "code": (Probe(width, 4).eval(), Judge(width, 4, 32, 1, 4).eval())}
+
+
+def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(minilm):
+    docs = python_docs(6, 6, seed=4)
+    texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 4, 6, 32, micro_batch=5)
+    minilm.reset_counters()
+    probe_only = sc.score(texts, kinds, mode="probe")["probe_quality"]
+    # drop exactly the documents below the median Probe quality (per rubric)
+    import numpy as np
+
+    sc.tau_drop = {r: float(np.median([q for q, k in zip(probe_only, kinds, strict=True)
+                                       if (k == "code") == (r == "code")])) for r in ("general", "code")}
+    minilm.reset_counters()
+    res = sc.score(texts, kinds, mode="cascade")
+    n_dropped = int(res["judge_skipped"].sum())
+    assert 0 < n_dropped < len(docs)
+    assert minilm.layer_rows[:4] == [len(docs)] * 4
+    assert minilm.layer_rows[4:] == [len(docs) - n_dropped] * 2
+    assert not res["keep"][res["judge_skipped"]].any()
+
+
+def test_cascade_never_runs_layers_after_judge_layer(minilm):
+    docs = python_docs(3, 0, seed=6)
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 3, 32)
+    minilm.reset_counters()
+    sc.score([d["text"] for d in docs], [d["kind"] for d in docs], mode="judge")
+    assert minilm.layer_rows[3:] == [0, 0, 0] and minilm.layer_rows[:3] == [3, 3, 3]
+
+
+@pytest.mark.gpu
+def test_minilm_layerwise_on_cuda_bf16_matches_forward_and_is_timed():
+    import time
+
+    bb = LayerwiseBackbone.load("minilm", dtype="bfloat16", device="cuda")
+    texts = [d["text"] for d in python_docs(64, 64, seed=7)]
+    ids, am = bb.tokenize(texts, 256)
+    with torch.no_grad():
+        ref = bb.model(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros_like(ids),
+                       output_hidden_states=True).hidden_states
+    outs = _layerwise_all(bb, ids, am)
+    for i, h in enumerate(outs):
+        torch.testing.assert_close(h[am.bool()].float(), ref[i + 1][am.bool()].float(), rtol=2e-2, atol=2e-2)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        _layerwise_all(bb, ids, am)
+    torch.cuda.synchronize()
+    per_s = 5 * len(texts) / (time.perf_counter() - t0)
+    print(f"minilm bf16 layerwise on {torch.cuda.get_device_name()}: {per_s:.0f} docs/s at 256 tokens")
+    assert per_s > 0

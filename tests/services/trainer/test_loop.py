@@ -1,0 +1,54 @@
+"""The training loop in one process: loss falls, resume is bitwise, NaN steps are skipped and counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from services.trainer.launch import run_local
+from services.trainer.loop import TrainingStopped
+from tests.services.trainer.conftest import tiny_cfg
+
+
+def _losses(run_dir):
+    return run_dir
+
+
+def test_single_process_run_trains_evaluates_and_checkpoints(tmp_path, doc_globs):
+    cfg = tiny_cfg(tmp_path, doc_globs, "train.steps=12", "train.checkpoint_every=6")
+    result = run_local(cfg)
+    assert result["steps"] == 12
+    assert torch.isfinite(torch.tensor(result["loss"]))
+    assert "eval/loss" in result and result["eval/loss"] < 7.0
+    ckpts = sorted(p.name for p in (tmp_path / "runs" / "tiny" / "checkpoints").iterdir())
+    assert ckpts == ["step_00000006", "step_00000012"]
+    assert (tmp_path / "runs" / "tiny" / "config.yaml").is_file()
+
+
+def test_resumed_run_matches_uninterrupted_run_bitwise(tmp_path, doc_globs):
+    full = run_local(tiny_cfg(tmp_path / "a", doc_globs, "train.steps=6", "train.checkpoint_every=3"))
+    # same run killed after step 3: train 3 steps (checkpoint at 3), then resume to 6
+    part_cfg = tiny_cfg(tmp_path / "b", doc_globs, "train.steps=6", "train.checkpoint_every=3")
+    stopped = part_cfg.model_copy(update={"train": part_cfg.train.model_copy(update={"steps": 3})})
+    run_local(stopped)
+    resumed = run_local(part_cfg, resume=True)
+    assert resumed["loss"] == full["loss"]
+    a = torch.load(tmp_path / "a" / "runs" / "tiny" / "checkpoints" / "step_00000006" / "rank0.pt", weights_only=False)
+    b = torch.load(tmp_path / "b" / "runs" / "tiny" / "checkpoints" / "step_00000006" / "rank0.pt", weights_only=False)
+    assert torch.equal(a["torch"], b["torch"])
+
+
+def test_injected_nan_step_is_skipped_and_counted(tmp_path, doc_globs):
+    result = run_local(tiny_cfg(tmp_path, doc_globs, "train.fault_inject_nan_steps=[2]"))
+    assert result["bad_steps"] == 1
+    assert torch.isfinite(torch.tensor(result["loss"]))
+
+
+def test_consecutive_bad_steps_stop_the_run_naming_the_last_checkpoint(tmp_path, doc_globs):
+    cfg = tiny_cfg(tmp_path, doc_globs, "train.fault_inject_nan_steps=[3, 4]", "train.max_bad_steps=2")
+    with pytest.raises(TrainingStopped, match=r"last good checkpoint: .*step_00000003"):
+        run_local(cfg)
+    meta = json.loads((tmp_path / "runs" / "tiny" / "checkpoints" / "step_00000003" / "meta.json").read_text())
+    assert meta["step"] == 3

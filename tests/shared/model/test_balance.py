@@ -1,0 +1,101 @@
+"""Aux-loss-free balancing and router statistics."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from shared.config.model import MoEConfig
+from shared.model.moe import MoELayer
+from shared.model.stats import max_violation
+
+
+def _skewed_layer(rate: float) -> MoELayer:
+    cfg = MoEConfig(
+        n_routed_experts=8, n_shared_experts=0, expert_hidden=8, top_k=2, bungee=False,
+        balance={"bias_update_rate": rate, "seq_aux_alpha": 0.0},
+    )
+    layer = MoELayer(16, cfg)
+    with torch.no_grad():  # a router that prefers low-numbered experts strongly
+        layer.router.weight_ED.copy_(torch.randn(8, 16, generator=torch.Generator().manual_seed(0)) * 0.1)
+        layer.router.weight_ED[:, 0] += torch.linspace(2.0, -2.0, 8)
+    return layer
+
+
+def _batch(seed: int) -> torch.Tensor:
+    x = torch.randn(4, 64, 16, generator=torch.Generator().manual_seed(seed))
+    x[..., 0] = 1.0 + 0.3 * x[..., 0]  # the feature the skew reads
+    return x
+
+
+def test_bias_update_drives_maxvio_below_0_2():
+    layer = _skewed_layer(rate=1e-2)
+    _, stats = layer.eval()(_batch(999))
+    assert float(stats["max_vio"]) > 1.0, "the synthetic router must start badly skewed"
+    layer.train()
+    reached = None
+    for step in range(300):
+        with torch.no_grad():
+            _, stats = layer(_batch(step))
+        assert float(stats["aux_loss"]) == 0.0  # seq-aux off: only the bias balances
+        layer.update_bias()
+        with torch.no_grad():
+            _, held_out = layer.eval()(_batch(999))
+        layer.train()
+        if float(held_out["max_vio"]) < 0.2:
+            reached = step
+            break
+    assert reached is not None, f"MaxVio still {float(held_out['max_vio']):.3f} after 300 bias updates"
+    assert float(layer.router.expert_bias_E.max()) > 0 > float(layer.router.expert_bias_E.min())
+
+
+def test_bias_update_moves_by_gamma_sign_and_resets_loads():
+    layer = _skewed_layer(rate=1e-3)
+    layer.load_accum_E.copy_(torch.tensor([10.0, 0, 2, 2, 2, 2, 2, 4]))  # mean 3
+    layer.update_bias()
+    expected = 1e-3 * torch.tensor([-1.0, 1, 1, 1, 1, 1, 1, -1])
+    torch.testing.assert_close(layer.router.expert_bias_E, expected)
+    assert layer.load_accum_E.sum() == 0
+
+
+def test_bias_is_a_checkpointed_buffer_without_grad():
+    layer = _skewed_layer(rate=1e-3)
+    assert "router.expert_bias_E" in layer.state_dict()
+    assert "load_accum_E" not in layer.state_dict()
+    assert all("bias" not in n for n, _ in layer.named_parameters())
+
+
+def test_router_stats_match_hand_computed_example():
+    # 4 tokens, 4 experts, top-1, softmax over logits [a, 0, 0, 0] chosen so every token picks expert 0
+    # except token 3 which picks expert 2.
+    cfg = MoEConfig(n_routed_experts=4, n_shared_experts=0, expert_hidden=4, top_k=1, score_func="softmax",
+                    bungee=False, balance={"seq_aux_alpha": 0.5, "switch_aux_alpha": 0.0, "z_loss_coef": 0.0})
+    layer = MoELayer(4, cfg).eval()
+    with torch.no_grad():
+        layer.router.weight_ED.copy_(torch.eye(4))
+        layer.router.expert_bias_E.copy_(torch.tensor([0.1, -0.2, 0.3, 0.0]))
+    ln3 = math.log(3.0)
+    x = torch.tensor([[[ln3, 0, 0, 0], [ln3, 0, 0, 0], [ln3, 0, 0, 0], [0, 0, ln3, 0]]])
+    _, s = layer(x)
+    assert s["tokens_per_expert"].tolist() == [3, 0, 1, 0]
+    # loads [3,0,1,0], mean 1: MaxVio = (3 - 1) / 1 = 2
+    assert float(s["max_vio"]) == 2.0
+    assert int(s["dead_experts"]) == 2
+    # each token's softmax is [3,1,1,1]/6 (permuted): entropy = -(0.5 ln 0.5 + 3·(1/6) ln(1/6))
+    h = -(0.5 * math.log(0.5) + 3 * (1 / 6) * math.log(1 / 6))
+    assert abs(float(s["router_entropy"]) - h) < 1e-6
+    assert abs(float(s["bias_min"]) + 0.2) < 1e-7 and abs(float(s["bias_max"]) - 0.3) < 1e-7
+    assert abs(float(s["bias_mean"]) - 0.05) < 1e-7
+    # seq aux (one sequence): f = E/(K·T)·counts = [3,0,1,0]; P = mean over tokens of the scores
+    P = torch.tensor([[0.5, 1 / 6, 1 / 6, 1 / 6]] * 3 + [[1 / 6, 1 / 6, 0.5, 1 / 6]]).mean(0)
+    f = torch.tensor([3.0, 0, 1, 0])
+    assert abs(float(s["seq_aux_loss"]) - float((f * P).sum())) < 1e-6
+    assert abs(float(s["switch_aux_loss"]) - float(4 * (f / 4 * P).sum())) < 1e-6
+    # z-loss: logsumexp([ln3,0,0,0]) = ln 6 for every token
+    assert abs(float(s["z_loss"]) - math.log(6.0) ** 2) < 1e-5
+    assert abs(s["aux_loss"].detach().item() - 0.5 * float((f * P).sum())) < 1e-6
+
+
+def test_max_violation_is_zero_when_balanced():
+    assert float(max_violation(torch.tensor([5, 5, 5, 5]))) == 0.0

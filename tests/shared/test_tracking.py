@@ -1,0 +1,158 @@
+"""The tracking client: non-blocking, spools while the server is down, replays without loss or doubles."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import httpx
+import pytest
+
+from shared import tracking
+from tests.services.tracker.helpers import ServerThread
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    from services.tracker.app import create_app
+    from services.tracker.store import Store
+
+    store = Store(f"sqlite:///{tmp_path}/tracker.db")
+    token = store.create_token("test")
+    srv = ServerThread(lambda: create_app(store=store)).start()
+    srv.token, srv.store, srv.spool = token, store, tmp_path / "spool"
+    yield srv
+    if srv.server and not srv.server.should_exit:
+        srv.stop()
+    store.engine.dispose()
+
+
+def _init(srv, **kw):
+    kw.setdefault("token", srv.token)
+    return tracking.init(project="t", url=srv.url, spool_dir=str(srv.spool), flush_interval=0.02, retry_max_s=0.2, **kw)
+
+
+def _points(srv, run_id, key):
+    r = httpx.get(f"{srv.url}/api/runs/{run_id}/series", params={"key": key, "points": 100_000})
+    return r.json()
+
+
+def test_server_stopped_mid_run_loses_no_point_and_doubles_none(tracker, capsys):
+    run = _init(tracker, config={"seed": 1}, name="outage")
+    logged = 0
+    for step in range(3000):
+        if step == 1000:
+            run.flush(10)
+            tracker.stop()  # the server goes away mid-run
+        if step == 2000:
+            time.sleep(0.3)  # a few failed retries while down
+            assert run._spool.exists(), "points logged while the server is down must be spooled"
+            tracker.start()  # back on the same port and database
+        run.log({"loss": 1.0 / (step + 1), "lr": 1e-3, "mfu": math.nan if step == 1500 else 0.3}, step=step)
+        logged += 3
+    run.event("stage", "done", n=3)
+    run.finish(timeout=30)
+    assert run.points_logged == logged
+    assert not run._spool.path.exists(), "the spool must be fully replayed and removed"
+    for key in ("loss", "lr", "mfu"):
+        s = _points(tracker, run.id, key)
+        assert s["total"] == 3000, key
+        assert s["steps"] == list(range(3000)), key
+    assert _points(tracker, run.id, "mfu")["nonfinite"]["nan"] == 1
+    info = httpx.get(f"{tracker.url}/api/runs/{run.id}").json()
+    assert info["status"] == "finished" and info["config"] == {"seed": 1}
+    assert "spooling" in capsys.readouterr().err
+
+
+def test_offline_mode_only_spools_and_sync_uploads_everything(tracker):
+    run = _init(tracker, mode="offline", tags=["offline"])
+    for step in range(500):
+        run.log({"loss": float(step)}, step=step)
+    run.log_histogram("router/load/layer0", [1, 2, 3, 4], step=499)
+    run.finish()
+    assert httpx.get(f"{tracker.url}/api/runs").json()["total"] == 0  # nothing was sent
+    assert run._spool.path.exists()
+    sent = tracking.sync(str(tracker.spool), tracker.url, tracker.token)
+    assert sent == {run.id: 3}  # init, one batch, finish
+    assert _points(tracker, run.id, "loss")["total"] == 500
+    assert httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["status"] == "finished"
+    assert tracking.sync(str(tracker.spool), tracker.url, tracker.token) == {}  # nothing left to send
+
+
+def test_disabled_mode_is_a_no_op(tmp_path):
+    run = tracking.init(project="t", mode="disabled", url="http://127.0.0.1:9", spool_dir=str(tmp_path / "s"))
+    run.log({"loss": 1.0}, step=0)
+    run.log_histogram("h", [1, 2])
+    run.event("x", "y")
+    run.finish()
+    assert not (tmp_path / "s").exists()
+
+
+def test_resume_by_run_id_appends_to_the_same_run(tracker):
+    run = _init(tracker, name="resumable")
+    run.log({"loss": 2.0}, step=0)
+    run.finish(status="crashed")
+    again = _init(tracker, id=run.id)
+    again.log({"loss": 1.0}, step=1)
+    again.finish()
+    s = _points(tracker, run.id, "loss")
+    assert s["steps"] == [0, 1] and s["values"] == [2.0, 1.0]
+    info = httpx.get(f"{tracker.url}/api/runs/{run.id}").json()
+    assert info["name"] == "resumable" and info["status"] == "finished"
+
+
+def test_a_missing_token_spools_and_a_later_sync_with_the_token_delivers(tracker):
+    run = _init(tracker, token="not-a-token")
+    run.log({"loss": 1.0}, step=0)
+    run.finish(timeout=0.5)
+    assert run._spool.path.exists()
+    assert tracking.sync(str(tracker.spool), tracker.url, tracker.token) == {run.id: 3}
+    assert _points(tracker, run.id, "loss")["total"] == 1
+
+
+def test_a_rejected_point_is_kept_beside_the_spool_not_dropped(tracker):
+    run = _init(tracker)
+    with pytest.raises(ValueError, match="metric key 'bad\\\\nkey' is not allowed"):
+        run.log({"bad\nkey": 1.0}, step=0)
+    run.log_histogram("too/long", list(range(70_000)), step=0)  # over the server's 65,536-entry limit
+    run.finish()
+    rejected = run._spool.path.with_suffix(".rejected.jsonl")
+    assert rejected.exists() and "too/long" in rejected.read_text()
+
+
+def test_log_is_non_blocking_and_checks_types(tmp_path):
+    run = tracking.init(project="t", url="http://127.0.0.1:9", spool_dir=str(tmp_path), flush_interval=5, retry_max_s=0.1)
+    t = time.perf_counter()
+    for step in range(20_000):
+        run.log({"loss": 1.0, "lr": 2.0}, step=step)
+    assert time.perf_counter() - t < 2.0  # never waits for the (unreachable) network
+    with pytest.raises(TypeError, match="metric 'loss' must be a number"):
+        run.log({"loss": "high"})
+    run.finish(timeout=0.2)
+    assert run._spool.path.exists()  # all 40k points are on disk for `moelab tracker sync`
+
+
+def test_funnel_and_calibration_conventions(tracker):
+    run = _init(tracker)
+    run.log_funnel({"raw": 100, "lang": 80, "dedup": 50}, name="documents")
+    run.log_calibration([0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 4.0], name="helpfulness", bins=4)
+    run.finish()
+    events = httpx.get(f"{tracker.url}/api/runs/{run.id}/events").json()
+    funnel = next(e for e in events if e["kind"] == "funnel")
+    assert funnel["data"]["stages"] == [{"stage": "raw", "count": 100}, {"stage": "lang", "count": 80},
+                                        {"stage": "dedup", "count": 50}]
+    cal = next(e for e in events if e["kind"] == "calibration")
+    assert cal["data"]["n"] == 4 and cal["data"]["ece"] == pytest.approx(0.25)
+
+
+def test_artifact_records_path_and_sha256(tracker, tmp_path):
+    import hashlib
+
+    f = tmp_path / "ckpt.bin"
+    f.write_bytes(b"weights")
+    run = _init(tracker)
+    digest = run.artifact(f, kind="checkpoint")
+    run.finish()
+    assert digest == hashlib.sha256(b"weights").hexdigest()
+    art = httpx.get(f"{tracker.url}/api/runs/{run.id}/artifacts").json()[0]
+    assert art["sha256"] == digest and art["size"] == 7 and art["kind"] == "checkpoint"
