@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "moelab.commands.demo",
     "moelab.commands.data",
     "moelab.commands.train",
+    "moelab.commands.compare",
     "moelab.commands.tracker",
 )
 

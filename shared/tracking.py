@@ -33,6 +33,7 @@ Non-finite values (NaN, ±Inf) are sent explicitly and counted by the server, ne
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import math
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from shared.config.tracker import TrackerConfig
 
 __all__ = ["Run", "init", "sync", "replay_spool"]
 
@@ -77,9 +80,11 @@ def _num(value: Any, what: str) -> float | str:
     return "NaN" if math.isnan(value) else _NONFINITE[value]
 
 
-def _git_commit() -> str | None:
+@functools.lru_cache(maxsize=8)
+def _git_commit(cwd: str | None = None) -> str | None:
+    """HEAD of the repository the process runs in (once per process: runs of one job share it)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2)
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2, cwd=cwd)
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -98,12 +103,16 @@ class _Transport:
     """Sends ops to the server; raises `_Unreachable` for anything worth retrying later."""
 
     def __init__(self, url: str, token: str | None, timeout: float = 30.0):
-        headers = {"content-type": "application/json"}
+        self.headers = {"content-type": "application/json"}
         if token:
-            headers["authorization"] = f"Bearer {token}"
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=httpx.Timeout(timeout, connect=3.0))
+            self.headers["authorization"] = f"Bearer {token}"
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.client: httpx.Client | None = None  # made on first send, in the sender thread (~0.2 s)
 
     def send(self, op: dict[str, Any]) -> None:
+        if self.client is None:
+            self.client = httpx.Client(base_url=self.url, headers=self.headers,
+                                       timeout=httpx.Timeout(self.timeout, connect=3.0))
         kind, run_id, body = op["op"], op["run"], op["body"]
         path = {"init": "/api/runs", "batch": f"/api/runs/{run_id}/batch", "finish": f"/api/runs/{run_id}/finish"}[kind]
         try:
@@ -116,7 +125,8 @@ class _Transport:
             raise _Rejected(f"HTTP {resp.status_code} for {kind}: {resp.text[:1000]}")
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
 
 
 class _Unreachable(Exception):
@@ -472,8 +482,6 @@ def init(
 ) -> Run:
     """Start (or, with `id=`, resume) a run. `config` may be a dict or an `ExperimentConfig`, whose
     `tracker` section supplies url, project, mode, spool_dir and token location unless given here."""
-    from shared.config.tracker import TrackerConfig
-
     tcfg = getattr(config, "tracker", None)
     tcfg = tcfg if isinstance(tcfg, TrackerConfig) else TrackerConfig()
     cfg_dict = config.model_dump(mode="json") if hasattr(config, "model_dump") else dict(config or {})
@@ -490,7 +498,7 @@ def init(
         "name": name,
         "config": cfg_dict,
         "tags": list(tags or []),
-        "git_commit": _git_commit() if mode != "disabled" else None,
+        "git_commit": _git_commit(os.getcwd()) if mode != "disabled" else None,
         "host": socket.gethostname(),
         "parent": parent,
         "created": time.time(),

@@ -195,6 +195,7 @@ def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[st
     ]
     return {
         "records": records, "rejected": dict(sorted(rejected.items())), "docs": docs, "kept_after_filters": kept,
+        "documents_in": records, "documents_out": written,
         "near_duplicates": len(dups), "written": written, "chains": chains, "sources": by_source, "funnel": funnel,
         "seconds": {"filters": round(filter_s, 3), "dedup": round(dedup_s, 3), "total": round(total_s, 3)},
         "units": len(unit_stats),

@@ -16,9 +16,13 @@ def report_funnel(stats: dict[str, Any], experiment: Any = None, timeout: float 
         return "not reported: no experiment config given (stats.json is the record)"
     if experiment.tracker.mode == "disabled":
         return "not reported: tracker.mode=disabled"
+    import os
+
     from shared import tracking
 
-    run = tracking.init(config=experiment, name=f"{experiment.name}-data-filter", tags=["data_filter"])
+    # a stage of cluster/pipeline.py reports as a child of the pipeline run
+    run = tracking.init(config=experiment, name=f"{experiment.name}-data-filter", tags=["data_filter"],
+                        parent=os.environ.get("MOELAB_PARENT_RUN"))
     try:
         run.log_funnel({f["stage"]: int(f["docs"]) for f in stats["funnel"]}, name="documents")
         scalars: dict[str, float] = {"data_filter/records": stats["records"], "data_filter/written": stats["written"],

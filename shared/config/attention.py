@@ -54,7 +54,9 @@ class KDAConfig(Section):
 
     n_heads: int | None = Field(None, ge=1, le=1024, description="KDA heads; None = model.n_heads.")
     head_dim: int | None = Field(None, ge=4, le=1024, description="Per-head key/value width; None = model head_dim.")
-    chunk_size: int = Field(64, ge=1, le=1024, description="Chunk length of the chunked parallel form.")
+    chunk_size: int = Field(
+        16, ge=1, le=1024, description="Chunk length of our chunked form (16 is ~4x faster than 64 on CPU; fla uses 64)."
+    )
     conv_size: int = Field(4, ge=1, le=16, description="Kernel of the causal depthwise short convolution on q, k, v.")
     gate_rank: int = Field(16, ge=1, le=4096, description="Low-rank width of the decay and output-gate projections.")
     use_fla: bool = Field(True, description="Use flash-linear-attention kernels on CUDA when installed.")

@@ -26,7 +26,7 @@ class MixtureConfig(Section):
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer used for the shards.")
     shard_dir: str = Field("runs/tokens", description="Directory of token shards (.bin + .idx + manifest.json).")
     documents: list[str] = Field(
-        default_factory=list, description="Parquet globs of documents to tokenize; empty: data.out_dir/**/*.parquet."
+        default_factory=list, description="Parquet globs of documents to tokenize; empty: data.out_dir/*.parquet (the filter's kept shards)."
     )
     eval_documents: list[str] = Field(
         default_factory=list, description="Parquet globs of held-out documents for the trainer's eval loss (empty: no eval)."

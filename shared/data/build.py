@@ -107,7 +107,7 @@ def tokenize_item(item: dict, tok: MoeTokenizer, root: Path, encode_batch_docs: 
         if not kept:
             continue
         tokens, offsets = pack_documents(kept, tok.dtype)
-        shards.append(write_shard(root, f"{source}/{item['id']}", source, tokens, offsets).to_dict())
+        shards.append(write_shard(root, f"{source}/{item['id']}", source, tokens, offsets, tok.hash).to_dict())
     record = {
         "id": item["id"],
         "input": item["input"],

@@ -90,7 +90,13 @@ class Mixture:
         """Open every shard of a manifest (memory-mapped; `verify="full"` checks all sha256 first)."""
         manifest = read_manifest(root)
         by_source: dict[str, list[Shard]] = {}
+        tok_hash = manifest["tokenizer"]["hash"]
         for info in manifest_shards(manifest):
+            if info.tokenizer_hash != tok_hash:
+                raise ShardError(
+                    f"shard {info.name} was made by tokenizer {info.tokenizer_hash[:12] or '?'}…, the manifest "
+                    f"names {tok_hash[:12]}…; rebuild {root} with one tokenizer"
+                )
             by_source.setdefault(info.source, []).append(Shard(root, info, verify=verify))
         eos = manifest["tokenizer"]["eos_id"]
         sources = {name: PackedSource(name, shards, eos, seed) for name, shards in by_source.items()}
@@ -157,22 +163,28 @@ def simulate(mixture: Mixture, budget_tokens: int, min_prefix: int = 100) -> dic
     |c_i(n)/n − r_i| (a fraction: 0.01 = one percentage point); `worst_count_deviation` is
     max |c_i(n) − r_i·n| in sequences over all prefixes (Tijdeman's bound keeps it below 1).
     """
+    from tqdm import tqdm
+
     n_total = math.ceil(budget_tokens / mixture.seq_len)
     counts = [0] * len(mixture.names)
     rates = mixture.rates
     worst_rate = worst_count = 0.0
     stopped = None
+    bar = tqdm(total=n_total, desc="schedule", unit="seq", unit_scale=True, disable=n_total < 2_000_000)
     for t in range(n_total):
         try:
             mixture.plan(counts, t, 1)
         except SourceExhausted as exc:
             stopped = str(exc)
             break
+        if t % 65_536 == 65_535:
+            bar.update(65_536)
         n = t + 1
         dev = max(abs(c - r * n) for c, r in zip(counts, rates, strict=True))
         worst_count = max(worst_count, dev)
         if n >= min_prefix:
             worst_rate = max(worst_rate, dev / n)
+    bar.close()
     return {
         "budget_tokens": budget_tokens,
         "seq_len": mixture.seq_len,

@@ -17,8 +17,8 @@ from shared.data.tokenizer import CONFIG_FILE, MoeTokenizer, load_tokenizer, tra
 
 
 def document_paths(cfg: ExperimentConfig) -> list[Path]:
-    """Parquet files matched by `mixture.documents` (default: every Parquet under `data.out_dir`)."""
-    patterns = cfg.mixture.documents or [f"{cfg.data.out_dir}/**/*.parquet"]
+    """Parquet files matched by `mixture.documents` (default: the data filter's kept shards, `data.out_dir/*.parquet`)."""
+    patterns = cfg.mixture.documents or [f"{cfg.data.out_dir}/*.parquet"]  # not work/: pre-dedup units
     paths = sorted({Path(p) for pat in patterns for p in glob.glob(pat, recursive=True) if Path(p).is_file()})
     if not paths:
         raise ShardError(

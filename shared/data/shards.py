@@ -46,6 +46,7 @@ class ShardInfo:
     dtype: str
     bin_sha256: str
     idx_sha256: str
+    tokenizer_hash: str = ""
 
     def paths(self, root: str | Path) -> tuple[Path, Path]:
         base = Path(root) / self.name
@@ -56,7 +57,7 @@ class ShardInfo:
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 def _sha256_array(array: np.ndarray) -> str:
@@ -80,7 +81,9 @@ def pack_documents(docs: list[list[int]], dtype: np.dtype) -> tuple[np.ndarray, 
     return tokens, offsets
 
 
-def write_shard(root: str | Path, name: str, source: str, tokens: np.ndarray, offsets: np.ndarray) -> ShardInfo:
+def write_shard(
+    root: str | Path, name: str, source: str, tokens: np.ndarray, offsets: np.ndarray, tokenizer_hash: str = ""
+) -> ShardInfo:
     """Write `<root>/<name>.bin` and `.idx` atomically and return the manifest entry."""
     if offsets.dtype != np.int64 or offsets[0] != 0 or offsets[-1] != len(tokens):
         raise ShardError(f"shard {name}: offsets must be int64 from 0 to len(tokens)={len(tokens)}")
@@ -92,6 +95,7 @@ def write_shard(root: str | Path, name: str, source: str, tokens: np.ndarray, of
         dtype=tokens.dtype.name,
         bin_sha256=_sha256_array(tokens),
         idx_sha256=_sha256_array(offsets),
+        tokenizer_hash=tokenizer_hash,
     )
     bin_path, idx_path = info.paths(root)
     atomic_write_array(bin_path, tokens)

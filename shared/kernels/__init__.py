@@ -1,6 +1,13 @@
 """Expert dispatch kernels: permute → grouped GEMM → unpermute, backends loop | grouped_mm | triton."""
 
-from shared.kernels.dispatch import Routing, expert_swiglu, moe_experts_forward, permute, route_by_expert, unpermute_combine
+from shared.kernels.dispatch import (
+    Routing,
+    expert_swiglu,
+    moe_experts_forward,
+    permute,
+    route_by_expert,
+    unpermute_combine,
+)
 from shared.kernels.grouped_mm import BACKENDS, grouped_mm, resolve_backend
 
 __all__ = [

@@ -67,10 +67,17 @@ def unpermute_combine(y_AD: Tensor, routing: Routing, weights_TK: Tensor) -> Ten
 def expert_swiglu(
     x_AD: Tensor, w1_EFD: Tensor, w3_EFD: Tensor, w2_EDF: Tensor, counts_E: Tensor, backend: str = "auto"
 ) -> Tensor:
-    """SwiGLU of every expert on its block of rows: w2 · (silu(w1·x) ⊙ w3·x) (Shazeer 2020)."""
-    h1_AF = grouped_mm(x_AD, w1_EFD, counts_E, backend)
-    h3_AF = grouped_mm(x_AD, w3_EFD, counts_E, backend)
-    return grouped_mm(F.silu(h1_AF) * h3_AF, w2_EDF, counts_E, backend)
+    """SwiGLU of every expert on its block of rows: w2 · (silu(w1·x) ⊙ w3·x) (Shazeer 2020).
+
+    w1 and w3 run as one grouped GEMM on their concatenation (E, 2F, D): one pass over x with twice
+    the output width, and one fused input-gradient GEMM in the backward. On the 2-core CPU this cut
+    the expert path's forward+backward by roughly half against two separate GEMMs (noisy, shared
+    machine); the concatenation is a copy of the weights, small next to the GEMMs.
+    """
+    F_ = w1_EFD.shape[1]
+    h13_A2F = grouped_mm(x_AD, torch.cat([w1_EFD, w3_EFD], dim=1), counts_E, backend)
+    h_AF = F.silu(h13_A2F[:, :F_]) * h13_A2F[:, F_:]
+    return grouped_mm(h_AF, w2_EDF, counts_E, backend)
 
 
 def moe_experts_forward(

@@ -64,7 +64,7 @@ def _gmm_kernel(
 @triton.jit
 def _wgrad_kernel(
     dy_ptr, x_ptr, dw_ptr, row_start_ptr, counts_ptr,
-    O, I,
+    n_out, n_in,
     sdy_m, sdy_o, sx_m, sx_i, sdw_e, sdw_o, sdw_i,
     BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_R: tl.constexpr, IEEE: tl.constexpr,
 ):
@@ -78,11 +78,11 @@ def _wgrad_kernel(
         rr = r0 + tl.arange(0, BLOCK_R)
         a = tl.load(
             dy_ptr + (first + rr)[None, :] * sdy_m + ro[:, None] * sdy_o,
-            mask=(rr[None, :] < count) & (ro[:, None] < O), other=0.0,
+            mask=(rr[None, :] < count) & (ro[:, None] < n_out), other=0.0,
         )
         b = tl.load(
             x_ptr + (first + rr)[:, None] * sx_m + ri[None, :] * sx_i,
-            mask=(rr[:, None] < count) & (ri[None, :] < I), other=0.0,
+            mask=(rr[:, None] < count) & (ri[None, :] < n_in), other=0.0,
         )
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
@@ -91,7 +91,7 @@ def _wgrad_kernel(
     tl.store(
         dw_ptr + e * sdw_e + ro[:, None] * sdw_o + ri[None, :] * sdw_i,
         acc.to(dw_ptr.dtype.element_ty),
-        mask=(ro[:, None] < O) & (ri[None, :] < I),
+        mask=(ro[:, None] < n_out) & (ri[None, :] < n_in),
     )
 
 
@@ -127,14 +127,14 @@ def triton_gmm(x_TK: Tensor, w_E: Tensor, counts_E: Tensor, transpose_w: bool) -
 
 def triton_gmm_wgrad(dy_TO: Tensor, x_TI: Tensor, counts_E: Tensor) -> Tensor:
     """`dw[e] = dy[rows of e].T @ x[rows of e]`, shape (E, O, I)."""
-    E, O, I = counts_E.numel(), dy_TO.shape[1], x_TI.shape[1]
-    dw = dy_TO.new_empty(E, O, I)
+    E, n_out, n_in = counts_E.numel(), dy_TO.shape[1], x_TI.shape[1]
+    dw = dy_TO.new_empty(E, n_out, n_in)
     counts = counts_E.to(torch.int64)
     row_start = torch.cumsum(counts, 0) - counts
-    grid = (E, triton.cdiv(O, BLOCK_N), triton.cdiv(I, BLOCK_K))
+    grid = (E, triton.cdiv(n_out, BLOCK_N), triton.cdiv(n_in, BLOCK_K))
     _wgrad_kernel[grid](
         dy_TO, x_TI, dw, row_start, counts,
-        O, I,
+        n_out, n_in,
         dy_TO.stride(0), dy_TO.stride(1), x_TI.stride(0), x_TI.stride(1), dw.stride(0), dw.stride(1), dw.stride(2),
         BLOCK_O=BLOCK_N, BLOCK_I=BLOCK_K, BLOCK_R=BLOCK_M, IEEE=dy_TO.dtype == torch.float32,
     )

@@ -27,6 +27,11 @@ def main(address: str, out: str, markers: str, n: int) -> None:
             open(self.path, "a").close()
 
         def __call__(self, batch):
+            # Barrier: no actor starts working before both exist, so on a slow machine the head's
+            # actor cannot finish the whole stage before the second node's actor has begun.
+            deadline = time.monotonic() + 90
+            while len(os.listdir(markers)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
             time.sleep(0.2)
             with open(self.path, "a") as fh:
                 fh.write(f"{len(batch['id'])}\n")

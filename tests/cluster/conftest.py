@@ -80,7 +80,7 @@ class RayNode:
     proc: subprocess.Popen
     log: Path
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> None:
         """Kill the node's process group and any of its processes that left the group."""
         try:
             os.killpg(self.proc.pid, sig)
@@ -92,7 +92,7 @@ class RayNode:
             except ProcessLookupError:
                 pass
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             pass
 
@@ -179,7 +179,7 @@ def ray_two_nodes():
     finally:
         for node in (node2, head):
             if node is not None:
-                node.kill(signal.SIGTERM)
+                node.kill(signal.SIGTERM, wait_s=3.0)
                 node.kill(signal.SIGKILL)
                 shutil.rmtree(node.temp_dir, ignore_errors=True)
         shutil.rmtree(token_dir, ignore_errors=True)

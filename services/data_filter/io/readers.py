@@ -195,7 +195,7 @@ def _record_to_doc(obj: Any, unit: Unit, line: int, cap: int) -> Doc | Reject:
     doc_id = str(raw_id) if isinstance(raw_id, str | int) and not isinstance(raw_id, bool) and str(raw_id) else (
         f"{unit.source}/{os.path.basename(unit.path)}#{line}"
     )
-    meta = dict(obj["meta"]) if isinstance(obj.get("meta"), dict) else {}
+    meta = _meta_of(obj.get("meta"))
     for key, value in obj.items():
         if key not in _RESERVED:
             meta[key] = value
@@ -203,6 +203,19 @@ def _record_to_doc(obj: Any, unit: Unit, line: int, cap: int) -> Doc | Reject:
         meta["orig_source"] = obj["source"]
     meta["line"] = line
     return Doc(doc_id, text, unit.source, unit.kind, meta)
+
+
+def _meta_of(value: Any) -> dict[str, Any]:
+    """An input's `meta`: a mapping, or a JSON object string (our own output format); else kept under 'meta'."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return {"meta": value}
+        return parsed if isinstance(parsed, dict) else {"meta": parsed}
+    return {} if value is None else {"meta": value}
 
 
 def read_unit(unit: Unit, cap: int) -> Iterator[Doc | Reject]:

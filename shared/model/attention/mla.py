@@ -83,7 +83,12 @@ class MultiHeadLatentAttention(nn.Module):
         k_nope, v_BHTv = kv.split([self.nope, self.v_dim], dim=-1)
         q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope.expand(-1, self.n_heads, -1, -1)], dim=-1)
-        o_BHTv = F.scaled_dot_product_attention(q, k, v_BHTv, is_causal=True, scale=self.softmax_scale)
+        # Zero-pad values to the query/key width: PyTorch's fused (flash) SDPA kernels need equal
+        # widths and otherwise fall back to the math path that materialises the (T, T) scores.
+        pad = self.qk_dim - self.v_dim
+        v_pad = F.pad(v_BHTv, (0, pad)) if pad > 0 else v_BHTv
+        o_BHTv = F.scaled_dot_product_attention(q, k, v_pad, is_causal=True, scale=self.softmax_scale)
+        o_BHTv = o_BHTv[..., : self.v_dim]
         return self.wo(o_BHTv.transpose(1, 2).reshape(B, T, self.n_heads * self.v_dim))
 
     def forward_absorbed(self, x_BTD: Tensor) -> Tensor:

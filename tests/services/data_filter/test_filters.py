@@ -152,6 +152,13 @@ def test_gopher_hash_ratio_edge():
     assert f.check(doc(" ".join(base) + " " + "#" * 11)) == "too_many_hashes"  # 11 / 101 > 0.1
 
 
+def test_gopher_ellipsis_per_word_edge():
+    f = gopher(max_ellipsis_lines_ratio=1.0)
+    base = stop_prose(100).split()
+    assert f.check(doc(" ".join(base) + " " + " ".join(["…"] * 10))) is None  # 10 / 110 words
+    assert f.check(doc(" ".join(base) + " " + "…" * 12)) == "too_many_ellipses"  # 12 / 101 > 0.1
+
+
 def test_gopher_bullet_lines_edge():
     f = gopher()
     lines = [f"- {' '.join(words(6, i * 6))}" for i in range(9)] + ["the of " + " ".join(words(6, 99))]
@@ -201,6 +208,17 @@ def test_repetition_duplicate_line_char_fraction_edge():
     line = "x" * 20
     assert f.check(doc(f"{line}\n{'y' * 58}\n{line}")) is None  # 20 duplicated of 100 chars = 0.2
     assert f.check(doc(f"{line}\n{'y' * 57}\n{line}")) == "dup_line_char_frac"  # 20 of 99
+
+
+def test_repetition_duplicate_paragraph_fraction_edges():
+    f = rep(max_dup_line_frac=1.0, max_dup_line_char_frac=1.0, max_dup_para_char_frac=1.0)
+    paras = [" ".join(words(8, i * 8)) for i in range(7)]
+    assert f.check(doc("\n\n".join(paras + [paras[1]] * 3))) is None  # 3 / 10 = 0.3
+    assert f.check(doc("\n\n".join(paras[:6] + [paras[1]] * 4))) == "dup_para_frac"
+    g = rep(max_dup_line_frac=1.0, max_dup_line_char_frac=1.0, max_dup_para_frac=1.0)
+    a, b = "x" * 20, "y" * 56  # 20 + 2 + 56 + 2 + 20 = 100 characters
+    assert g.check(doc(f"{a}\n\n{b}\n\n{a}")) is None  # 20 / 100 = 0.2
+    assert g.check(doc(f"{a}\n\n{b[:-1]}\n\n{a}")) == "dup_para_char_frac"  # 20 / 99
 
 
 def test_repetition_top_2gram_edge():

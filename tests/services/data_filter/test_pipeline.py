@@ -202,3 +202,35 @@ def test_two_ray_workers_give_the_same_output_as_one(tmp_path, ray_local):
     run(config([src], workers=0, **settings), tmp_path / "local")
     one = shard_bytes(tmp_path / "one")
     assert one and one == shard_bytes(tmp_path / "two") == shard_bytes(tmp_path / "local")
+
+
+def test_truncated_gzip_is_reported_not_fatal(tmp_path):
+    body = "".join(json.dumps(r) + "\n" for r in prose_records(40)).encode()
+    blob = gzip.compress(body, mtime=0)
+    (tmp_path / "cut.jsonl.gz").write_bytes(blob[: len(blob) // 2])
+    stats = run(config([tmp_path / "cut.jsonl.gz"]), tmp_path / "out")
+    assert stats["rejected"].get("unreadable_file") == 1
+    assert 0 < stats["docs"] < 40
+
+
+def test_funnel_is_reported_through_shared_tracking(tmp_path):
+    from services.data_filter.report import report_funnel
+    from shared.config import load_config
+
+    src = write_jsonl(tmp_path / "in.jsonl", prose_records(10))
+    stats = run(config([src]), tmp_path / "out")
+    exp = load_config(None, ["tracker.mode=offline", f"tracker.spool_dir={tmp_path / 'spool'}"])
+    status = report_funnel(stats, exp, timeout=5)
+    assert "reported to the tracker" in status
+    spooled = "".join(p.read_text() for p in (tmp_path / "spool").glob("*.jsonl"))
+    assert "funnel" in spooled and "data_filter/records" in spooled
+
+
+def test_our_output_reads_back_as_input_with_its_meta(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", prose_records(12))
+    run(config([src]), tmp_path / "first")
+    shard = sorted((tmp_path / "first").glob("part-*.parquet"))[0]
+    run(config([shard]), tmp_path / "second")
+    again = read_out(tmp_path / "second")
+    meta = json.loads(again.column("meta")[0].as_py())
+    assert meta["url"].startswith("https://docs/") and again.num_rows == pq.read_table(shard).num_rows

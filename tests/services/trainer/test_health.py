@@ -54,3 +54,36 @@ def test_a_single_spike_does_not_warn():
         stats = _collapsed() if step % 5 == 0 else _healthy(step)
         stats = {**stats, "tokens_per_expert": _healthy(step)["tokens_per_expert"]}
         assert mon.observe(step, {0: stats}) == []
+
+
+def _run_router(collapsed: bool, steps: int = 30) -> list:
+    import torch
+
+    from shared.config import load_config
+    from shared.model import MoETransformer
+
+    rate = 0.0 if collapsed else 1e-3
+    cfg = load_config(None, ["model.vocab_size=256", "model.n_layers=2", "model.first_k_dense=1",
+                             f"model.moe.balance.bias_update_rate={rate}"])
+    torch.manual_seed(0)
+    model = MoETransformer(cfg.model)
+    if collapsed:  # a biased init: two experts win every selection and the bias never corrects it
+        with torch.no_grad():
+            model.moe_layers()[0].router.expert_bias_E[:2] = 10.0
+    mon = RouterHealthMonitor(RouterHealthConfig(window=5, dead_window=10), cfg.model.moe.n_routed_experts)
+    fired = []
+    g = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        with torch.no_grad():
+            _, aux = model(torch.randint(0, 256, (4, 64), generator=g))
+        stats = {i: {"maxvio": float(s["max_vio"]), "entropy": float(s["router_entropy"]),
+                     "tokens_per_expert": s["tokens_per_expert"].tolist()} for i, s in aux["layers"].items()}
+        fired += mon.observe(step, stats)
+        model.update_router_biases()
+    return fired
+
+
+def test_warning_fires_on_a_collapsed_model_router_and_not_on_a_healthy_one():
+    collapsed = _run_router(collapsed=True)
+    assert {w.kind for w in collapsed} >= {"maxvio", "dead_experts"}
+    assert _run_router(collapsed=False) == []

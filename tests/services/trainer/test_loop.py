@@ -52,3 +52,14 @@ def test_consecutive_bad_steps_stop_the_run_naming_the_last_checkpoint(tmp_path,
         run_local(cfg)
     meta = json.loads((tmp_path / "runs" / "tiny" / "checkpoints" / "step_00000003" / "meta.json").read_text())
     assert meta["step"] == 3
+
+
+@pytest.mark.slow
+def test_compare_baseline_trains_moe_and_dense_twin_on_the_same_data(tmp_path, doc_globs):
+    from services.trainer.compare import compare_baseline, format_comparison
+
+    table = compare_baseline(tiny_cfg(tmp_path, doc_globs, "train.steps=4", "train.eval_every=4"))
+    assert table["moe"]["tokens"] == table["dense"]["tokens"]
+    assert table["moe"]["total_params"] > table["dense"]["total_params"]
+    assert abs(table["moe"]["active_params"] - table["dense"]["active_params"]) / table["moe"]["active_params"] < 0.02
+    assert "eval/loss" in format_comparison(table)

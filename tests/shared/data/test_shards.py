@@ -149,3 +149,16 @@ def test_ray_data_build_matches_the_local_build(tmp_path, ray_local, tokenizer, 
     assert manifest["build"]["items_built"] == local["build"]["items"]
     assert manifest["shards"] == local["shards"]  # same names, counts and sha256
     assert verify_shards(tmp_path / "ray") == []
+
+
+def test_every_shard_names_its_tokenizer_and_a_foreign_one_is_refused(tmp_path, shards_root, tokenizer):
+    from shared.data.mixture import Mixture
+
+    manifest = read_manifest(shards_root)
+    assert {s["tokenizer_hash"] for s in manifest["shards"]} == {tokenizer.hash}
+    root = tmp_path / "copy"
+    shutil.copytree(shards_root, root)
+    manifest["shards"][0]["tokenizer_hash"] = "0" * 64
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match="was made by tokenizer 000000000000"):
+        Mixture.from_shards(root, {}, 16)

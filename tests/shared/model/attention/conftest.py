@@ -19,3 +19,15 @@ def tiny_cfg(kind: str, **overrides) -> ModelConfig:
 @pytest.fixture
 def make_cfg():
     return tiny_cfg
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny shapes gain nothing from intra-op threads, and on a shared 2-core box OpenMP spin-waiting
+    under oversubscription slowed the training test >10x; restore the setting afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,38 @@
+"""`benchmarks/attention.py --quick` runs end to end and ends with its JSON line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+@pytest.mark.slow
+def test_attention_benchmark_quick_prints_exponents_json():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--quick", "--kinds", "gqa", "swa", "kda"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for key in ("swa_exponent", "kda_exponent", "full_exponent"):
+        assert math.isfinite(result[key]), key
+    assert result["full_exponent"] == result["gqa_exponent"]
+    for kind in ("gqa", "swa", "kda"):
+        for T in (128, 256, 512):
+            assert result[f"{kind}_ms_T{T}"] > 0 and result[f"{kind}_peak_mb_T{T}"] >= 0
+
+
+def test_exponent_fit_recovers_known_powers():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.attention import fit_exponent
+
+    lengths = [512, 1024, 2048, 4096]
+    assert fit_exponent(lengths, [3e-9 * T**2 for T in lengths]) == pytest.approx(2.0)
+    assert fit_exponent(lengths, [5e-6 * T for T in lengths]) == pytest.approx(1.0)

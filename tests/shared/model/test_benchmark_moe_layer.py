@@ -1,0 +1,37 @@
+"""benchmarks/moe_layer.py runs in quick mode and ends with its JSON line (ratio, ratio_torchtitan)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+def test_moe_layer_benchmark_quick_prints_ratios():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "moe_layer.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ratio"] > 0
+    assert "ratio_torchtitan" in result
+    assert result["hf_fastest"] in ("grouped_mm", "eager")
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_moe_layer_benchmark_gpu_mode_reports_tokens_per_s():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "moe_layer.py"), "--gpu", "--repeats", "3"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["grouped_mm_tokens_per_s"] > 0 and result["triton_tokens_per_s"] > 0
