@@ -6,8 +6,8 @@ heads), at several lengths T. Each kind runs in its own subprocess so its peak r
 (ru_maxrss above the RSS before the first step) is its own. Time is the median of `--repeats`
 fwd+bwd steps after one warm-up. The growth exponent is the least-squares slope of log(time) vs
 log(T) over all measured lengths: SWA and KDA should be ≈ 1 (linear), full attention → 2 as
-the T² term dominates the projections. NSA here is the reference implementation with (T, T)
-masks, so it is quadratic too (said in docs/attention.md). One intra-op thread by default: on a
+the T² term dominates the projections. NSA runs its default `gather` path (linear apart from
+the T × T/l compression scores). One intra-op thread by default: on a
 shared 2-core box OpenMP spin-waiting makes multi-threaded timings meaningless.
 
     .venv/bin/python benchmarks/attention.py            # T = 512, 1024, 2048, 4096

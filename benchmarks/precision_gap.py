@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-
 from shared.config import load_config  # noqa: E402
 from shared.model.transformer import MoETransformer  # noqa: E402
 from shared.optim import build_optimizer  # noqa: E402
@@ -94,7 +93,7 @@ def train_one(mode: str, recipe: bool, args: argparse.Namespace, train: torch.Te
         (loss + aux["aux_loss"]).backward()
         opt.step()
         model.update_router_biases()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     seconds = time.perf_counter() - t0
     model.eval()
     eval_gen = torch.Generator().manual_seed(10_000 + args.seed)
@@ -102,7 +101,7 @@ def train_one(mode: str, recipe: bool, args: argparse.Namespace, train: torch.Te
     with torch.no_grad():
         for _ in range(args.eval_batches):
             loss, aux = lm_loss(model, sample_batch(held, eval_gen, args.batch, args.seq))
-            eval_losses.append(float(loss))
+            eval_losses.append(float(loss.detach()))
             v, d = router_health(aux)
             vios.append(v)
             deads.append(d)
@@ -130,12 +129,13 @@ def write_atomic(path: Path, payload: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 30 steps, batch 4 × 64 tokens")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=128)
+    tiny = load_config(ROOT / "configs" / "tiny.yaml")
+    p.add_argument("--steps", type=int, default=tiny.train.steps, help="default: configs/tiny.yaml train.steps")
+    p.add_argument("--batch", type=int, default=tiny.train.micro_batch_size, help="default: tiny.yaml micro batch")
+    p.add_argument("--seq", type=int, default=tiny.train.seq_len, help="default: tiny.yaml seq_len")
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is robust on a shared machine)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -143,8 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.steps, args.batch, args.seq, args.eval_batches = 30, 4, 64, 2
     torch.set_num_threads(args.threads)
 
-    vocab = load_config(ROOT / "configs" / "tiny.yaml").model.vocab_size
-    stream = token_stream(vocab)
+    stream = token_stream(tiny.model.vocab_size)
     cut = int(len(stream) * 0.9)
     train, held = stream[:cut], stream[cut:]
 

@@ -108,7 +108,11 @@ def run_pipeline(cfg: ExperimentConfig, log=print) -> dict[str, Any]:
     cfg = layout(cfg)
     root = Path(cfg.train.out_dir).parent
     save_resolved(cfg, root)
+    os.environ.pop("MOELAB_PARENT_RUN", None)
     run = tracking.init(config=cfg, name=f"{cfg.name}-pipeline", tags=["pipeline"])
+    # every stage's runs are children of this one: through the config (it travels to Ray workers)
+    # and the environment (for code that reports without a config)
+    cfg = cfg.model_copy(update={"tracker": cfg.tracker.model_copy(update={"parent": run.id})})
     os.environ["MOELAB_PARENT_RUN"] = run.id
 
     def started(name: str) -> None:

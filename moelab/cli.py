@@ -26,9 +26,12 @@ COMMAND_MODULES = (
     "moelab.commands.doctor",
     "moelab.commands.demo",
     "moelab.commands.data",
+    "moelab.commands.precision",
     "moelab.commands.train",
     "moelab.commands.compare",
+    "moelab.commands.hparam",
     "moelab.commands.tracker",
+    "moelab.commands.score",
 )
 
 

@@ -361,7 +361,8 @@ class Run:
         if self._transport:
             self._transport.close()
         if self._spool.exists():
-            print(f"tracking: run {self.id} could not reach {self.url}; its data is kept in {self._spool.path}. "
+            why = "is offline" if self.mode == "offline" else f"could not reach {self.url}"
+            print(f"tracking: run {self.id} {why}; its data is kept in {self._spool.path}. "
                   "Upload it with `moelab tracker sync`.", file=sys.stderr)
 
     def __enter__(self) -> Run:
@@ -371,19 +372,32 @@ class Run:
         self.finish("failed" if exc_type else "finished")
 
     # ------------------------------------------------------------ background thread
-    def _take_batch(self) -> dict[str, Any] | None:
+    def _take_batches(self) -> list[dict[str, Any]]:
+        """Everything buffered, as batch ops of at most `max_batch_points` scalar points each
+        (the server refuses batches over 200,000 points; a long network stall can buffer more)."""
         if not self._pending:
-            return None
+            return []
         metrics, self._metrics = self._metrics, {}
-        body = {
-            "batch_id": uuid.uuid4().hex,
-            "metrics": {k: {"steps": s, "walls": w, "values": v} for k, (s, w, v) in metrics.items()},
-            "histograms": self._hist,
-            "events": self._events,
-            "artifacts": self._artifacts,
-        }
+        parts: list[dict[str, Any]] = [{}]
+        room = self._max_batch_points
+        for key, (steps, walls, values) in metrics.items():
+            i = 0
+            while i < len(steps):
+                if room == 0:
+                    parts.append({})
+                    room = self._max_batch_points
+                j = min(len(steps), i + room)
+                parts[-1][key] = {"steps": steps[i:j], "walls": walls[i:j], "values": values[i:j]}
+                room -= j - i
+                i = j
+        ops = []
+        for n, part in enumerate(parts):
+            body = {"batch_id": uuid.uuid4().hex, "metrics": part, "histograms": [], "events": [], "artifacts": []}
+            if n == len(parts) - 1:
+                body.update(histograms=self._hist, events=self._events, artifacts=self._artifacts)
+            ops.append({"op": "batch", "run": self.id, "body": body})
         self._hist, self._events, self._artifacts, self._pending = [], [], [], 0
-        return {"op": "batch", "run": self.id, "body": body}
+        return ops
 
     def _loop(self) -> None:
         while True:
@@ -391,9 +405,7 @@ class Run:
                 if not self._closing and self._pending < self._max_batch_points:
                     self._lock.wait(self._flush_interval)
                 self._busy = True
-                batch = self._take_batch()
-                if batch:
-                    self._ops.append(batch)
+                self._ops.extend(self._take_batches())
                 closing = self._closing
                 if closing:
                     self._ops.append(self._ops_after)
@@ -500,7 +512,7 @@ def init(
         "tags": list(tags or []),
         "git_commit": _git_commit(os.getcwd()) if mode != "disabled" else None,
         "host": socket.gethostname(),
-        "parent": parent,
+        "parent": parent or tcfg.parent or os.environ.get("MOELAB_PARENT_RUN") or None,
         "created": time.time(),
     }
     return Run(

@@ -37,7 +37,13 @@ from services.tracker.db import (
     RunTag,
     Series,
 )
-from services.tracker.downsample import minmax_downsample, to_json_values
+from services.tracker.downsample import (
+    BLOCK,
+    block_extremes,
+    minmax_blocks,
+    minmax_downsample,
+    to_json_values,
+)
 from services.tracker.schemas import Batch, RunCreate, RunFinish
 
 
@@ -58,6 +64,20 @@ def unpack(data: bytes, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         arr[8 * n : 16 * n].view("<f8"),
         arr[16 * n : 24 * n].view("<f8"),
     )
+
+
+def chunk_row(sid: int, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+    """One metric_chunks row: the packed points plus their per-block min/max rollup."""
+    lo, hi = block_extremes(steps, walls, values)
+    return {
+        "series_id": sid,
+        "n": len(steps),
+        "min_step": int(steps.min()),
+        "max_step": int(steps.max()),
+        "data": pack(steps, walls, values),
+        "nb": len(lo[0]),
+        "rollup": pack(*lo) + pack(*hi),
+    }
 
 
 def hash_token(token: str) -> str:
@@ -268,7 +288,8 @@ class Store:
         keys = sorted(metrics)
         conn.execute(
             self._insert_ignore(Series.__table__),
-            [{"run_id": run_id, "key": k, "n_points": 0, "n_nonfinite": 0, "version": 0, "n_small": 0} for k in keys],
+            [{"run_id": run_id, "key": k, "n_points": 0, "n_nan": 0, "n_posinf": 0, "n_neginf": 0, "version": 0, "n_small": 0}
+             for k in keys],
         )
         stmt = select(Series.id, Series.key, Series.n_small).where(Series.run_id == run_id, Series.key.in_(keys))
         if not self.sqlite:
@@ -283,14 +304,18 @@ class Store:
             values = np.asarray(pts.values, dtype=np.float64)  # "NaN"/"Infinity"/"-Infinity" parse to IEEE
             for i in range(0, len(steps), CHUNK_POINTS):
                 j = min(i + CHUNK_POINTS, len(steps))
-                chunks.append({"series_id": sid, "n": j - i, "data": pack(steps[i:j], walls[i:j], values[i:j])})
+                chunks.append(chunk_row(sid, steps[i:j], walls[i:j], values[i:j]))
             n_small += 1 if len(steps) % CHUNK_POINTS else 0
             if n_small >= COMPACT_AFTER:
                 to_compact.append(sid)
+            bad = ~np.isfinite(values)
             updates.append({
                 "sid": sid,
                 "dn": len(steps),
-                "dnf": int((~np.isfinite(values)).sum()),
+                "dnan": int(np.isnan(values).sum()),
+                "dpinf": int(np.isposinf(values).sum()),
+                "dninf": int(np.isneginf(values).sum()),
+                "fbad": int(steps[bad].min()) if bad.any() else None,
                 "small": n_small,
                 "ls": int(steps[-1]),
                 "lv": float(values[-1]) if np.isfinite(values[-1]) else None,
@@ -302,7 +327,10 @@ class Store:
             .where(Series.__table__.c.id == bindparam("sid"))
             .values(
                 n_points=Series.__table__.c.n_points + bindparam("dn"),
-                n_nonfinite=Series.__table__.c.n_nonfinite + bindparam("dnf"),
+                n_nan=Series.__table__.c.n_nan + bindparam("dnan"),
+                n_posinf=Series.__table__.c.n_posinf + bindparam("dpinf"),
+                n_neginf=Series.__table__.c.n_neginf + bindparam("dninf"),
+                first_nonfinite_step=func.coalesce(Series.__table__.c.first_nonfinite_step, bindparam("fbad")),
                 version=Series.__table__.c.version + 1,
                 n_small=bindparam("small"),
                 last_step=bindparam("ls"),
@@ -335,8 +363,7 @@ class Store:
             steps, walls, values = (np.concatenate([p[k] for p in parts]) for k in range(3))
             conn.execute(delete(MetricChunk).where(MetricChunk.id.in_([cid for cid, _, _ in small])))
             conn.execute(insert(MetricChunk), [
-                {"series_id": sid, "n": min(len(steps), i + CHUNK_POINTS) - i,
-                 "data": pack(steps[i : i + CHUNK_POINTS], walls[i : i + CHUNK_POINTS], values[i : i + CHUNK_POINTS])}
+                chunk_row(sid, steps[i : i + CHUNK_POINTS], walls[i : i + CHUNK_POINTS], values[i : i + CHUNK_POINTS])
                 for i in range(0, len(steps), CHUNK_POINTS)
             ])
             remaining = 1 if len(steps) % CHUNK_POINTS else 0
@@ -361,7 +388,7 @@ class Store:
                     {
                         "key": x.key,
                         "points": x.n_points,
-                        "nonfinite": x.n_nonfinite,
+                        "nonfinite": x.n_nan + x.n_posinf + x.n_neginf,
                         "last_step": x.last_step,
                         "last_value": x.last_value,
                     }
@@ -370,59 +397,74 @@ class Store:
                 "histograms": [{"key": k, "steps": n, "last_step": last} for k, n, last in hist],
             }
 
-    def _load_series(self, s: Session, series: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ck = (series.id, series.version)
+    def _cached(self, ck, load):
         with self._cache_lock:
             if ck in self._cache:
                 self._cache.move_to_end(ck)
                 return self._cache[ck]
-        rows = s.execute(
-            select(MetricChunk.n, MetricChunk.data).where(MetricChunk.series_id == series.id).order_by(MetricChunk.id)
-        ).all()
-        total = sum(n for n, _ in rows)
-        steps = np.empty(total, np.int64)
-        walls = np.empty(total, np.float64)
-        values = np.empty(total, np.float64)
-        at = 0
-        for n, data in rows:
-            a, b, c = unpack(data, n)
-            steps[at : at + n], walls[at : at + n], values[at : at + n] = a, b, c
-            at += n
-        if total > 1 and not bool(np.all(steps[1:] >= steps[:-1])):
-            order = np.argsort(steps, kind="stable")  # replayed spools may arrive after newer points
-            steps, walls, values = steps[order], walls[order], values[order]
-        out = (steps, walls, values)
+        out = load()
         with self._cache_lock:
             self._cache[ck] = out
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return out
 
-    def series(self, run_id: str, key: str, points: int = 2000, use_cache: bool = True) -> dict[str, Any]:
+    def _load_raw(self, s: Session, sid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows = s.execute(
+            select(MetricChunk.n, MetricChunk.data).where(MetricChunk.series_id == sid).order_by(MetricChunk.id)
+        ).all()
+        total = sum(n for n, _ in rows)
+        cols = [np.empty(total, np.int64), np.empty(total, np.float64), np.empty(total, np.float64)]
+        at = 0
+        for n, data in rows:
+            for col, part in zip(cols, unpack(data, n), strict=True):
+                col[at : at + n] = part
+            at += n
+        steps, walls, values = cols
+        if total > 1 and not bool(np.all(steps[1:] >= steps[:-1])):
+            order = np.argsort(steps, kind="stable")  # replayed spools may arrive after newer points
+            steps, walls, values = steps[order], walls[order], values[order]
+        return steps, walls, values
+
+    def _load_rollup(self, s: Session, sid: int):
+        """Block min/max points of the whole series, or None when chunks are not in step order."""
+        rows = s.execute(
+            select(MetricChunk.nb, MetricChunk.rollup, MetricChunk.min_step, MetricChunk.max_step)
+            .where(MetricChunk.series_id == sid)
+            .order_by(MetricChunk.id)
+        ).all()
+        if any(rows[i][3] > rows[i + 1][2] for i in range(len(rows) - 1)):
+            return None  # overlapping chunks (a late replay): blocks are not contiguous, use raw points
+        parts = [(unpack(r[: 24 * nb], nb), unpack(r[24 * nb :], nb)) for nb, r, _, _ in rows]
+        lo = tuple(np.concatenate([p[0][k] for p in parts]) for k in range(3))
+        hi = tuple(np.concatenate([p[1][k] for p in parts]) for k in range(3))
+        return lo, hi
+
+    def series(self, run_id: str, key: str, points: int = 2000) -> dict[str, Any]:
+        """A series downsampled to <= points: from the block rollups when the series is big enough
+        that every bucket spans whole blocks (n >= points * BLOCK), else from the raw points."""
         with self.reading() as s:
             series = s.scalar(select(Series).where(Series.run_id == run_id, Series.key == key))
             if series is None:
                 raise NotFound(f"run {run_id!r} has no scalar series {key!r}")
-            if not use_cache:
-                with self._cache_lock:
-                    self._cache.pop((series.id, series.version), None)
-            steps, walls, values = self._load_series(s, series)
-        d_steps, d_walls, d_values = minmax_downsample(steps, walls, values, points)
-        nonfinite = ~np.isfinite(values)
+            rolled = None
+            if series.n_points >= points * BLOCK:
+                rolled = self._cached((series.id, series.version, "rollup"), lambda: self._load_rollup(s, series.id))
+            if rolled is not None:
+                d_steps, d_walls, d_values = minmax_blocks(rolled[0], rolled[1], points)
+            else:
+                raw = self._cached((series.id, series.version, "raw"), lambda: self._load_raw(s, series.id))
+                d_steps, d_walls, d_values = minmax_downsample(*raw, points)
+            info = (series.n_points, series.n_nan, series.n_posinf, series.n_neginf, series.first_nonfinite_step)
         return {
             "run": run_id,
             "key": key,
-            "total": int(len(values)),
+            "total": info[0],
             "returned": int(len(d_values)),
             "steps": d_steps.tolist(),
             "walls": d_walls.tolist(),
             "values": to_json_values(d_values),
-            "nonfinite": {
-                "nan": int(np.isnan(values).sum()),
-                "inf": int(np.isposinf(values).sum()),
-                "-inf": int(np.isneginf(values).sum()),
-                "steps": steps[nonfinite][:1000].tolist(),
-            },
+            "nonfinite": {"nan": info[1], "inf": info[2], "-inf": info[3], "first_step": info[4]},
         }
 
     def histograms(self, run_id: str, key: str, max_steps: int = 400) -> dict[str, Any]:

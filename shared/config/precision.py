@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from shared.config.base import Section
 
@@ -25,9 +25,6 @@ class PrecisionConfig(Section):
         "bf16", description="Number format of the routed/shared expert GEMMs: bf16 (baseline), fp8 or nvfp4."
     )
     dense: GemmMode = Field("bf16", description="Number format of attention and dense-FFN GEMMs (kept bf16 by the recipes).")
-    backend: Literal["auto", "emulate", "te"] = Field(
-        "auto", description="auto: transformer-engine on CUDA when installed, else emulation; emulate; te (needs CUDA + TE)."
-    )
     fp8_granularity: Literal["tensor", "row", "block", "mxfp8"] = Field(
         "block",
         description="fp8 scales: per-tensor, per-row, block (1×128 activations/grads, 128×128 weights) or mxfp8 (1×32, e8m0).",
@@ -51,9 +48,3 @@ class PrecisionConfig(Section):
         "fp32", description="Master weight dtype; bf16 applies stochastic rounding to every optimizer update."
     )
     seed: int = Field(0, ge=0, description="Seed of the random Hadamard signs (stochastic rounding uses the torch RNG).")
-
-    @model_validator(mode="after")
-    def _check_backend(self) -> PrecisionConfig:
-        if self.backend == "te" and "fp8" in (self.expert, self.dense) and self.fp8_granularity == "row":
-            raise ValueError("precision.fp8_granularity=row has no transformer-engine recipe; use backend=emulate or auto")
-        return self

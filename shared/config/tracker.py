@@ -21,6 +21,9 @@ class TrackerConfig(Section):
     port: int = Field(8000, ge=1, le=65535, description="Port `moelab tracker serve` listens on.")
     token_env: str = Field("MOELAB_TRACKER_TOKEN", description="Environment variable holding the API token for writes.")
     spool_dir: str = Field("runs/spool", description="Directory where the client spools points it could not send.")
+    parent: str | None = Field(
+        None, description="Pipeline run id that runs of this config belong to (set by cluster.pipeline for lineage)."
+    )
     token_file: str = Field(
         "runs/tracker.token", description="File the client reads the API token from when the token variable is unset."
     )

@@ -77,10 +77,13 @@ class MixtureLoader:
         if self.stopped is not None:
             raise StopIteration
         try:
-            picks = self.mixture.plan(self.counts, self.step * self.global_batch, self.global_batch)
+            picks = self.mixture.plan(
+                self.counts, self.step * self.global_batch, self.global_batch, announce=self.rank == 0
+            )
         except SourceExhausted as exc:
             self.stopped = str(exc)
-            log.warning("mixture stream stopped at step %d: %s", self.step, exc)
+            if self.rank == 0:
+                log.warning("mixture stream stopped at step %d: %s", self.step, exc)
             raise StopIteration from None
         mine = picks[self.rank :: self.world_size]
         rows = np.stack([self.mixture.sequence(i, k) for i, k in mine])

@@ -109,11 +109,12 @@ class Mixture:
         """0-based epoch in which sequence k of source i ends."""
         return (k * self.seq_len + self.seq_len) // self.sources[i].epoch_tokens
 
-    def plan(self, counts: list[int], t: int, n: int) -> list[tuple[int, int]]:
+    def plan(self, counts: list[int], t: int, n: int, announce: bool = True) -> list[tuple[int, int]]:
         """Extend the stream by slots t..t+n-1: (source index, its sequence number) per slot.
 
         Updates `counts` in place. In `stop` mode raises `SourceExhausted` (counts untouched) if a
-        slot would need a source beyond its first epoch; in `repeat` mode logs each new epoch.
+        slot would need a source beyond its first epoch; in `repeat` mode logs each new epoch
+        (when `announce`: data-parallel ranks other than 0 stay quiet).
         """
         trial = list(counts)
         picks = []
@@ -127,7 +128,7 @@ class Mixture:
                         f"epoch) at stream slot {slot}; mixture.on_exhausted=stop ends the stream here"
                     )
                 epoch, before = self.epoch_of(i, k), (self.epoch_of(i, k - 1) if k else 0)
-                if k == 0 or epoch > before:
+                if announce and (k == 0 or epoch > before):
                     # The first repeat is a warning; later ones are routine for that source.
                     log.log(
                         logging.WARNING if before == 0 else logging.INFO,

@@ -13,6 +13,7 @@ assignments in token order; the rest are dropped (their slot contributes zero) a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from shared.kernels.grouped_mm import grouped_mm
+
+# (x_TI, w_EOI, counts_E, backend) -> y_TO, differentiable; `grouped_mm` or a precision wrapper of it.
+GroupedMM = Callable[[Tensor, Tensor, Tensor, str], Tensor]
 
 
 @dataclass
@@ -65,19 +69,26 @@ def unpermute_combine(y_AD: Tensor, routing: Routing, weights_TK: Tensor) -> Ten
 
 
 def expert_swiglu(
-    x_AD: Tensor, w1_EFD: Tensor, w3_EFD: Tensor, w2_EDF: Tensor, counts_E: Tensor, backend: str = "auto"
+    x_AD: Tensor,
+    w1_EFD: Tensor,
+    w3_EFD: Tensor,
+    w2_EDF: Tensor,
+    counts_E: Tensor,
+    backend: str = "auto",
+    gmm: GroupedMM = grouped_mm,
 ) -> Tensor:
     """SwiGLU of every expert on its block of rows: w2 · (silu(w1·x) ⊙ w3·x) (Shazeer 2020).
 
     w1 and w3 run as one grouped GEMM on their concatenation (E, 2F, D): one pass over x with twice
     the output width, and one fused input-gradient GEMM in the backward. On the 2-core CPU this cut
     the expert path's forward+backward by roughly half against two separate GEMMs (noisy, shared
-    machine); the concatenation is a copy of the weights, small next to the GEMMs.
+    machine); the concatenation is a copy of the weights, small next to the GEMMs. `gmm` is the
+    grouped GEMM to use (same signature as `grouped_mm`), the seam precision code wraps.
     """
     F_ = w1_EFD.shape[1]
-    h13_A2F = grouped_mm(x_AD, torch.cat([w1_EFD, w3_EFD], dim=1), counts_E, backend)
+    h13_A2F = gmm(x_AD, torch.cat([w1_EFD, w3_EFD], dim=1), counts_E, backend)
     h_AF = F.silu(h13_A2F[:, :F_]) * h13_A2F[:, F_:]
-    return grouped_mm(h_AF, w2_EDF, counts_E, backend)
+    return gmm(h_AF, w2_EDF, counts_E, backend)
 
 
 def moe_experts_forward(
@@ -89,6 +100,7 @@ def moe_experts_forward(
     w2_EDF: Tensor,
     backend: str = "auto",
     capacity: int | None = None,
+    gmm: GroupedMM = grouped_mm,
 ) -> tuple[Tensor, Routing]:
     """The whole routed-expert path: permute → grouped SwiGLU → unpermute/combine.
 
@@ -96,5 +108,5 @@ def moe_experts_forward(
     """
     routing = route_by_expert(idx_TK, w1_EFD.shape[0], capacity)
     x_AD = permute(x_TD, routing, idx_TK.shape[1])
-    y_AD = expert_swiglu(x_AD, w1_EFD, w3_EFD, w2_EDF, routing.counts_E, backend)
+    y_AD = expert_swiglu(x_AD, w1_EFD, w3_EFD, w2_EDF, routing.counts_E, backend, gmm)
     return unpermute_combine(y_AD, routing, weights_TK), routing

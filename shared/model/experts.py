@@ -10,14 +10,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from shared.kernels import moe_experts_forward
-from shared.kernels.dispatch import Routing
+from shared.kernels import grouped_mm, moe_experts_forward
+from shared.kernels.dispatch import GroupedMM, Routing
 
 
 class RoutedExperts(nn.Module):
     def __init__(self, n_experts: int, d_model: int, hidden: int, backend: str = "auto") -> None:
         super().__init__()
         self.backend = backend
+        # The grouped GEMM the experts run; precision code (bf16/fp8/nvfp4) swaps in a wrapper of
+        # `shared.kernels.grouped_mm` with the same signature.
+        self.gmm: GroupedMM = grouped_mm
         self.w1_EFD = nn.Parameter(torch.empty(n_experts, hidden, d_model))
         self.w3_EFD = nn.Parameter(torch.empty(n_experts, hidden, d_model))
         self.w2_EDF = nn.Parameter(torch.empty(n_experts, d_model, hidden))
@@ -37,5 +40,6 @@ class RoutedExperts(nn.Module):
             )
         # --- end precision ---
         return moe_experts_forward(
-            x_TD, idx_TK, weights_TK, self.w1_EFD, self.w3_EFD, self.w2_EDF, backend=self.backend, capacity=capacity
+            x_TD, idx_TK, weights_TK, self.w1_EFD, self.w3_EFD, self.w2_EDF,
+            backend=self.backend, capacity=capacity, gmm=self.gmm,
         )

@@ -39,6 +39,12 @@ class Router(nn.Module):
         # Checkpointed; updated by `bias_update_` after optimizer steps, never by gradients.
         self.register_buffer("expert_bias_E", torch.zeros(E, dtype=torch.float32))
 
+    def _apply(self, fn, recurse=True):
+        """Keep the bias fp32 through `.to(bfloat16)`/`.half()`: γ = 1e-3 steps vanish in bf16."""
+        super()._apply(fn, recurse)
+        self.expert_bias_E = self.expert_bias_E.float()
+        return self
+
     def forward(self, x_TD: Tensor) -> RouterOutput:
         cfg = self.cfg
         logits_TE = F.linear(x_TD.float(), self.weight_ED.float())

@@ -33,7 +33,7 @@ class GroupSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.optimizer}/lr×{self.lr_mult:g}/{'decay' if self.decay else 'no_decay'}"
+        return f"{self.optimizer}/lr_x{self.lr_mult:g}/{'decay' if self.decay else 'no_decay'}"  # tracker-safe key
 
 
 def assign_optimizer(name: str, ndim: int, cfg: OptimConfig) -> str:

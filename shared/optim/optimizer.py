@@ -120,13 +120,17 @@ def build_optimizer(
     cfg: OptimConfig,
     total_steps: int,
     lr_multipliers: Mapping[str, float] | None = None,
-    master_weights: str = "fp32",
+    master_weights: str | None = None,
 ) -> MultiOptimizer:
     """The optimizer for `model`: groups by `cfg` rules; muP multipliers from the model unless given.
 
     A model that defines `lr_multipliers()` (shared.model's MoETransformer does, per its muP table)
-    supplies them when `lr_multipliers` is None.
+    supplies them when `lr_multipliers` is None; `master_weights` defaults to the model config's
+    `moe.precision.master_weights` (else fp32).
     """
     if lr_multipliers is None and hasattr(model, "lr_multipliers"):
         lr_multipliers = model.lr_multipliers()
+    if master_weights is None:
+        precision = getattr(getattr(getattr(model, "cfg", None), "moe", None), "precision", None)
+        master_weights = precision.master_weights if precision is not None else "fp32"
     return MultiOptimizer(build_groups(model, cfg, lr_multipliers), cfg, total_steps, master_weights)

@@ -62,7 +62,7 @@ function fmtNum(v) {
   if (v === null || v === undefined) return "—";
   if (typeof v !== "number") return String(v);
   const a = Math.abs(v);
-  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(3) : String(+v.toPrecision(5));
+  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(2) : String(+v.toPrecision(5));
 }
 
 function statusBadge(status) {
@@ -128,7 +128,7 @@ function lineChart(container, key, xLabel, seriesList, opts) {
   const uopts = {
     width, height: opts.height || 220,
     scales: { x: { time: false }, y: opts.yRange ? { range: opts.yRange } : {} },
-    axes: [{ label: xLabel, size: 40 }, { size: 64, values: (u, vals) => vals.map(fmtNum) }],
+    axes: [{ label: xLabel, size: 40 }, { size: 76, values: (u, vals) => vals.map(fmtNum) }],
     legend: { show: seriesList.length > 1 || !!opts.legend },
     series: [{ label: xLabel }].concat(seriesList.map((s, i) => ({
       label: s.label, stroke: s.color || T.colors[i % T.colors.length], width: 1.5,

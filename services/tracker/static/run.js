@@ -78,7 +78,7 @@ function orderKeys(keys) {
     const nf = s.nonfinite.nan + s.nonfinite.inf + s.nonfinite["-inf"];
     card.querySelector(".note").textContent =
       `${s.total.toLocaleString()} points${s.returned < s.total ? ` (${s.returned} drawn: min/max per bucket)` : ""}` +
-      (nf ? ` · ${nf} NaN/Inf (gaps; first at step ${s.nonfinite.steps[0]})` : "");
+      (nf ? ` · ${nf} NaN/Inf (gaps; first at step ${s.nonfinite.first_step})` : "");
     lineChart(holder, key, state.xAxis === "step" ? "step" : "seconds", [
       { label: key, xs: xOf(s.steps, s.walls), ys: smooth(s.values, state.smoothing) },
     ], { events: eventMarks });

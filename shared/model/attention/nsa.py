@@ -15,8 +15,10 @@ keys and values (the paper's guard against shortcut learning between branches):
 - sliding window: the last `window` tokens.
 Output: W_o Σ_c sigmoid(W_g x)_c · o_c, one gate per head per branch.
 
-This is the reference implementation: correct on any device, masks materialised as (T, T), so it
-is quadratic in T (its point is fidelity, not speed; on GPU a kernel would skip unselected blocks).
+Two paths compute the same function (tests check outputs and gradients): `reference` builds the
+(T, T) selection and window masks and runs SDPA — quadratic, the one to read; `gather` (default)
+gathers each query's n·l selected keys by index and runs the window through SWA's blocked kernel,
+so besides the compression scores (T × T/l) it is linear in T. Neither is a fused GPU kernel.
 With n_selected >= ceil(T / block_size) and window >= T, the selection and window branches are
 exactly full causal attention over their own keys/values — the check the tests use.
 """
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from shared.model.attention.registry import register_attention
-from shared.model.attention.swa import sliding_window_mask
+from shared.model.attention.swa import blocked_window_attention, sliding_window_mask
 from shared.model.rope import RotaryEmbedding
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ class NativeSparseAttention(nn.Module):
         self.w_gate = nn.Linear(d, 3 * H, bias=True)
         self.wo = nn.Linear(H * hd, d, bias=False)
         self.rope = RotaryEmbedding(hd, cfg.max_seq_len, cfg.rope_theta)
+        self.impl = "gather"  # gather (default, O(T·(n·l + w)) besides compression) | reference
 
     def _kv_heads(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
@@ -95,8 +98,8 @@ class NativeSparseAttention(nn.Module):
         probs = scores.softmax(dim=-1) * visible_TN.any(dim=-1, keepdim=True)
         return probs @ vc, probs
 
-    def selection_mask(self, probs_BHTN: Tensor, T: int) -> Tensor:
-        """(B, Hk, T, T) bool: token s is in one of query t's selected blocks and s <= t."""
+    def selected_blocks(self, probs_BHTN: Tensor, T: int) -> tuple[Tensor, Tensor]:
+        """Top-n block indices (B, Hk, T, n) per query and whether each pick is a real (started) block."""
         B, H, _, nb = probs_BHTN.shape
         n_all = -(-T // self.block)
         imp = probs_BHTN.reshape(B, self.n_kv_heads, H // self.n_kv_heads, T, nb).sum(dim=2)
@@ -106,29 +109,54 @@ class NativeSparseAttention(nn.Module):
         started_TN = j[None, :] * self.block <= t[:, None]
         forced_TN = (j[None, :] == 0) | (j[None, :] == (t // self.block)[:, None])
         imp = imp.masked_fill(forced_TN, float("inf")).masked_fill(~started_TN, float("-inf"))
-        n = min(self.n_selected, n_all)
-        top_val, top_idx = imp.topk(n, dim=-1)
-        chosen_BKTN = torch.zeros_like(imp, dtype=torch.bool).scatter(-1, top_idx, top_val > float("-inf"))
-        token_block = torch.arange(T, device=imp.device) // self.block
-        causal_TT = t[None, :] <= t[:, None]
-        return chosen_BKTN[..., token_block] & causal_TT
+        top_val, top_idx = imp.topk(min(self.n_selected, n_all), dim=-1)
+        return top_idx, top_val > float("-inf")
+
+    def selection_mask(self, probs_BHTN: Tensor, T: int) -> Tensor:
+        """(B, Hk, T, T) bool: token s is in one of query t's selected blocks and s <= t."""
+        top_idx, valid = self.selected_blocks(probs_BHTN, T)
+        n_all = -(-T // self.block)
+        chosen_BKTN = torch.zeros(*top_idx.shape[:-1], n_all, dtype=torch.bool, device=top_idx.device)
+        chosen_BKTN = chosen_BKTN.scatter(-1, top_idx, valid)
+        t = torch.arange(T, device=top_idx.device)
+        return chosen_BKTN[..., t // self.block] & (t[None, :] <= t[:, None])
+
+    def _selection_gather(self, q: Tensor, k_slc: Tensor, v_slc: Tensor, probs_BHTN: Tensor) -> Tensor:
+        """Selection branch from gathered keys: O(T · n_selected · block_size), no (T, T) tensor."""
+        B, H, T, d = q.shape
+        Hk, rep, blk = self.n_kv_heads, H // self.n_kv_heads, self.block
+        top_idx, valid = self.selected_blocks(probs_BHTN, T)
+        pos = top_idx.unsqueeze(-1) * blk + torch.arange(blk, device=q.device)  # (B, Hk, T, n, l)
+        t = torch.arange(T, device=q.device)[:, None, None]
+        ok = (valid.unsqueeze(-1) & (pos <= t)).flatten(-2)
+        flat = (torch.arange(B * Hk, device=q.device).view(B, Hk, 1, 1) * T + pos.clamp(max=T - 1).flatten(-2))
+        k_sel = k_slc.reshape(B * Hk * T, d)[flat]  # (B, Hk, T, n*l, d)
+        v_sel = v_slc.reshape(B * Hk * T, d)[flat]
+        scores = torch.einsum("bgrtd,bgtsd->bgrts", q.view(B, Hk, rep, T, d), k_sel) * d**-0.5
+        probs = scores.masked_fill(~ok[:, :, None], float("-inf")).softmax(dim=-1)
+        return torch.einsum("bgrts,bgtsd->bgrtd", probs, v_sel).reshape(B, H, T, d)
 
     def branches(self, x_BTD: Tensor) -> dict[str, Tensor]:
-        """Every intermediate the tests check: q, per-branch k/v, branch outputs, gates, selection mask."""
+        """Every intermediate the tests check: q, per-branch k/v, branch outputs, gates (and, for the
+        reference, the selection mask)."""
         B, T, _ = x_BTD.shape
         q = self.rope(self.wq(x_BTD).view(B, T, self.n_heads, self.head_dim).transpose(1, 2))
         k_cmp, v_cmp, k_slc, v_slc, k_win, v_win = (self._kv_heads(t) for t in self.wkv(x_BTD).chunk(6, dim=-1))
         k_cmp, k_slc, k_win = self.rope(k_cmp), self.rope(k_slc), self.rope(k_win)
         o_cmp, probs = self.compression(q, k_cmp, v_cmp)
-        sel_BKTT = self.selection_mask(probs.detach(), T)
-        o_slc = F.scaled_dot_product_attention(q, self._expand(k_slc), self._expand(v_slc), attn_mask=self._expand(sel_BKTT))
-        win_TT = sliding_window_mask(T, self.window, device=x_BTD.device)
-        o_win = F.scaled_dot_product_attention(q, self._expand(k_win), self._expand(v_win), attn_mask=win_TT)
-        gates_BH3T = torch.sigmoid(self.w_gate(x_BTD)).view(B, T, self.n_heads, 3).permute(0, 2, 3, 1)
-        return dict(
-            q=q, k_slc=k_slc, v_slc=v_slc, k_win=k_win, v_win=v_win, k_cmp=k_cmp, v_cmp=v_cmp,
-            o_cmp=o_cmp, o_slc=o_slc, o_win=o_win, gates=gates_BH3T, selected=sel_BKTT,
-        )
+        out = dict(q=q, k_slc=k_slc, v_slc=v_slc, k_win=k_win, v_win=v_win, k_cmp=k_cmp, v_cmp=v_cmp, o_cmp=o_cmp)
+        if self.impl == "reference":
+            sel_BKTT = self.selection_mask(probs.detach(), T)
+            k_e, v_e = self._expand(k_slc), self._expand(v_slc)
+            out["o_slc"] = F.scaled_dot_product_attention(q, k_e, v_e, attn_mask=self._expand(sel_BKTT))
+            win_TT = sliding_window_mask(T, self.window, device=x_BTD.device)
+            out["o_win"] = F.scaled_dot_product_attention(q, self._expand(k_win), self._expand(v_win), attn_mask=win_TT)
+            out["selected"] = sel_BKTT
+        else:
+            out["o_slc"] = self._selection_gather(q, k_slc, v_slc, probs.detach())
+            out["o_win"] = blocked_window_attention(q, k_win, v_win, self.window)
+        out["gates"] = torch.sigmoid(self.w_gate(x_BTD)).view(B, T, self.n_heads, 3).permute(0, 2, 3, 1)
+        return out
 
     def combine(self, br: dict[str, Tensor]) -> Tensor:
         g = br["gates"].unsqueeze(-1)

@@ -41,6 +41,50 @@ def sliding_window_mask(T: int, window: int, sink_tokens: int = 0, device=None) 
     return (s <= t) & ((t - s < window) | (s < sink_tokens))
 
 
+def blocked_window_attention(
+    q: Tensor, k: Tensor, v: Tensor, window: int, sink_tokens: int = 0, sink_logit_H: Tensor | None = None
+) -> Tensor:
+    """Causal sliding-window attention in O(T·(window + block)) time and memory, any device.
+
+    q (B, H, T, d), k/v (B, Hk, T, d) with Hk dividing H. Queries go in blocks of 64; block i
+    attends to its own keys and the window-1 before it, gathered with `unfold`.
+    """
+    B, H, T, d = q.shape
+    rep = H // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1)
+    v = v.repeat_interleave(rep, dim=1)
+    bs = min(_BLOCK, T)
+    n = -(-T // bs)
+    P = min(window, T) - 1  # keys before a block that its queries may still see
+    pad_right = n * bs - T
+    q_BHNbd = F.pad(q, (0, 0, 0, pad_right)).view(B, H, n, bs, d)
+    k_pad = F.pad(k, (0, 0, P, pad_right))
+    v_pad = F.pad(v, (0, 0, P, pad_right))
+    # (B, H, n, d, P+bs) -> (B, H, n, P+bs, d): block i sees absolute keys i*bs-P .. i*bs+bs-1.
+    k_win = k_pad.unfold(2, P + bs, bs).transpose(-1, -2)
+    v_win = v_pad.unfold(2, P + bs, bs).transpose(-1, -2)
+    t_NB1 = (torch.arange(n, device=q.device)[:, None] * bs + torch.arange(bs, device=q.device))[:, :, None]
+    s_N1S = (torch.arange(n, device=q.device)[:, None] * bs - P + torch.arange(P + bs, device=q.device))[:, None, :]
+    allowed = (s_N1S >= 0) & (s_N1S <= t_NB1) & (t_NB1 - s_N1S < window)
+    scores = (q_BHNbd @ k_win.transpose(-1, -2)) * d**-0.5
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    values = v_win
+    S = min(sink_tokens, T)
+    if S > 0:  # sink keys not already inside the window
+        sink_scores = torch.einsum("bhnqd,bhsd->bhnqs", q_BHNbd, k[:, :, :S]) * d**-0.5
+        s_S = torch.arange(S, device=q.device)
+        sink_ok = (s_S <= t_NB1) & (t_NB1 - s_S >= window)
+        scores = torch.cat([scores, sink_scores.masked_fill(~sink_ok, float("-inf"))], dim=-1)
+        values = torch.cat([values, v[:, :, None, :S].expand(-1, -1, n, -1, -1)], dim=-2)
+    if sink_logit_H is not None:
+        sink = sink_logit_H.to(scores.dtype)[None, :, None, None, None].expand(B, H, n, bs, 1)
+        scores = torch.cat([scores, sink], dim=-1)
+        values = torch.cat([values, values.new_zeros(B, H, n, 1, d)], dim=-2)
+    probs = scores.softmax(dim=-1)
+    o = probs @ values
+    return o.reshape(B, H, n * bs, d)[:, :, :T]
+
+
 @register_attention("swa")
 class SlidingWindowAttention(GroupedQueryAttention):
     def __init__(self, cfg: ModelConfig, layer_idx: int = 0) -> None:
@@ -77,40 +121,7 @@ class SlidingWindowAttention(GroupedQueryAttention):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias_HTS, enable_gqa=gqa)
 
     def _blocked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        B, H, T, d = q.shape
-        rep = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        bs = min(_BLOCK, T)
-        n = -(-T // bs)
-        P = min(self.window, T) - 1  # keys before a block that its queries may still see
-        pad_right = n * bs - T
-        q_BHNbd = F.pad(q, (0, 0, 0, pad_right)).view(B, H, n, bs, d)
-        k_pad = F.pad(k, (0, 0, P, pad_right))
-        v_pad = F.pad(v, (0, 0, P, pad_right))
-        # (B, H, n, d, P+bs) -> (B, H, n, P+bs, d): block i sees absolute keys i*bs-P .. i*bs+bs-1.
-        k_win = k_pad.unfold(2, P + bs, bs).transpose(-1, -2)
-        v_win = v_pad.unfold(2, P + bs, bs).transpose(-1, -2)
-        t_NB1 = (torch.arange(n, device=q.device)[:, None] * bs + torch.arange(bs, device=q.device))[:, :, None]
-        s_N1S = (torch.arange(n, device=q.device)[:, None] * bs - P + torch.arange(P + bs, device=q.device))[:, None, :]
-        allowed = (s_N1S >= 0) & (s_N1S <= t_NB1) & (t_NB1 - s_N1S < self.window)
-        scores = (q_BHNbd @ k_win.transpose(-1, -2)) * d**-0.5
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        values = v_win
-        S = min(self.sink_tokens, T)
-        if S > 0:  # sink keys not already inside the window
-            sink_scores = torch.einsum("bhnqd,bhsd->bhnqs", q_BHNbd, k[:, :, :S]) * d**-0.5
-            s_S = torch.arange(S, device=q.device)
-            sink_ok = (s_S <= t_NB1) & (t_NB1 - s_S >= self.window)
-            scores = torch.cat([scores, sink_scores.masked_fill(~sink_ok, float("-inf"))], dim=-1)
-            values = torch.cat([values, v[:, :, None, :S].expand(-1, -1, n, -1, -1)], dim=-2)
-        if self.sink_logit_H is not None:
-            sink = self.sink_logit_H.to(scores.dtype)[None, :, None, None, None].expand(B, H, n, bs, 1)
-            scores = torch.cat([scores, sink], dim=-1)
-            values = torch.cat([values, values.new_zeros(B, H, n, 1, d)], dim=-2)
-        probs = scores.softmax(dim=-1)
-        o = probs @ values
-        return o.reshape(B, H, n * bs, d)[:, :, :T]
+        return blocked_window_attention(q, k, v, self.window, self.sink_tokens, self.sink_logit_H)
 
     def _flex(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         from torch.nn.attention.flex_attention import create_block_mask
@@ -125,7 +136,7 @@ class SlidingWindowAttention(GroupedQueryAttention):
 
             self._flex_cache[key] = create_block_mask(mask_mod, None, None, T, T, device=q.device)
         gqa = self.n_kv_heads != self.n_heads
-        out, lse = _compiled_flex()(q, k, v, block_mask=self._flex_cache[key], enable_gqa=gqa, return_lse=True)
+        out, lse = _flex_fn(q.is_cuda)(q, k, v, block_mask=self._flex_cache[key], enable_gqa=gqa, return_lse=True)
         if self.sink_logit_H is None:
             return out
         gate = torch.sigmoid(lse - self.sink_logit_H.to(lse.dtype)[None, :, None])
@@ -135,11 +146,17 @@ class SlidingWindowAttention(GroupedQueryAttention):
 _FLEX = None
 
 
-def _compiled_flex():
-    """FlexAttention compiled once per process (uncompiled it materialises the full score matrix)."""
+def _flex_fn(is_cuda: bool):
+    """FlexAttention, compiled once per process on CUDA (uncompiled it materialises the scores).
+
+    Off CUDA the eager version is returned: forward-only (no CPU backward), used by the CPU test
+    that checks the block mask and the sink rescaling against the dense path.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not is_cuda:
+        return flex_attention
     global _FLEX
     if _FLEX is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
         _FLEX = torch.compile(flex_attention, dynamic=False)
     return _FLEX

@@ -58,7 +58,7 @@ def test_nonfinite_values_are_explicit_strings_counted_and_returned_as_gaps(api)
     assert api.post("/api/runs/r1/batch", json=body).status_code == 200
     s = api.get("/api/runs/r1/series", params={"key": "loss"}).json()
     assert s["values"] == [1.0, None, None, None]
-    assert s["nonfinite"] == {"nan": 1, "inf": 1, "-inf": 1, "steps": [1, 2, 3]}
+    assert s["nonfinite"] == {"nan": 1, "inf": 1, "-inf": 1, "first_step": 1}
     # a bare NaN token (invalid JSON) and any other string are refused, never stored
     raw = '{"batch_id": "x", "metrics": {"loss": {"steps": [9], "walls": [1.0], "values": [NaN]}}}'
     assert api.post("/api/runs/r1/batch", content=raw).status_code == 422
@@ -211,3 +211,14 @@ def test_many_small_batches_are_compacted_without_reordering_points(api):
     with store.reading() as sess:
         chunks = sess.scalar(select(func.count()).select_from(MetricChunk))
     assert chunks <= step // 8192 + 2 * COMPACT_AFTER
+
+
+def test_out_of_order_replayed_points_come_back_sorted_on_both_query_paths(api):
+    api.post("/api/runs", json={"id": "r1"})
+    late, early = list(range(10_000, 20_000)), list(range(10_000))
+    api.post("/api/runs/r1/batch", json=_batch("late", "loss", late, [float(s) for s in late]))
+    api.post("/api/runs/r1/batch", json=_batch("early", "loss", early, [float(s) for s in early]))
+    raw = api.get("/api/runs/r1/series", params={"key": "loss", "points": 100_000}).json()
+    assert raw["steps"] == list(range(20_000))
+    small = api.get("/api/runs/r1/series", params={"key": "loss", "points": 100}).json()
+    assert small["steps"] == sorted(small["steps"]) and small["steps"][0] == 0 and small["steps"][-1] == 19_999

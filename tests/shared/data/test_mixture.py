@@ -141,3 +141,16 @@ def test_empty_rates_mean_a_natural_mixture(shards_root):
     mix = _mixture(shards_root, rates={})
     tokens = {s.name: s.doc_tokens for s in mix.sources}
     assert mix.rates == pytest.approx([tokens[n] / sum(tokens.values()) for n in mix.names])
+
+
+def test_only_rank_0_announces_a_new_epoch(shards_root, caplog):
+    def warnings_of(rank):
+        caplog.clear()
+        mix = _mixture(shards_root, rates={"web": 0.8, "intl": 0.2}, seq_len=16)
+        loader = MixtureLoader(mix, 4, rank=rank, world_size=2)
+        with caplog.at_level(logging.INFO, logger="shared.data.mixture"):
+            _take(loader, mix.capacities[mix.names.index("intl")])  # 8·cap slots: 1.6 epochs of intl
+        return [r for r in caplog.records if "'intl' ran out" in r.getMessage()]
+
+    assert len(warnings_of(0)) == 1
+    assert warnings_of(1) == []

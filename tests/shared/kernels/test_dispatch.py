@@ -100,3 +100,19 @@ def test_gpu_backends_match_loop_in_bf16_and_fp32(backend):
         g2 = torch.autograd.grad(ref.float().sum(), (x, w1, w2))
         for a, b in zip(g1, g2, strict=True):
             torch.testing.assert_close(a, b, atol=tol * 10, rtol=tol)
+
+
+def test_experts_run_through_a_swappable_grouped_mm():
+    from shared.model.experts import RoutedExperts
+
+    experts = RoutedExperts(4, 8, 8, backend="loop")
+    calls = []
+
+    def counting_gmm(x, w, counts, backend):
+        calls.append(tuple(w.shape))
+        return grouped_mm(x, w, counts, backend)
+
+    experts.gmm = counting_gmm
+    idx, wts = _routing(6, 4, 2, 8)
+    experts(torch.randn(6, 8), idx, wts)
+    assert calls == [(4, 16, 8), (4, 8, 8)]  # fused w1|w3, then w2

@@ -99,3 +99,10 @@ def test_router_stats_match_hand_computed_example():
 
 def test_max_violation_is_zero_when_balanced():
     assert float(max_violation(torch.tensor([5, 5, 5, 5]))) == 0.0
+
+
+def test_bias_stays_fp32_when_the_layer_is_cast_to_bf16():
+    layer = _skewed_layer(rate=1e-3).to(torch.bfloat16)
+    assert layer.router.expert_bias_E.dtype == torch.float32
+    y, _ = layer(_batch(0).to(torch.bfloat16))
+    assert y.dtype == torch.bfloat16

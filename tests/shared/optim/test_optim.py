@@ -158,8 +158,9 @@ def test_optimizer_state_round_trips_through_a_checkpoint():
 
 
 def test_bf16_master_weights_stay_on_the_bf16_grid():
-    cfg, model = _tiny()
-    opt = build_optimizer(model, cfg.optim, total_steps=10, master_weights="bf16")
+    cfg, model = _tiny(["model.moe.precision.master_weights=bf16"])
+    opt = build_optimizer(model, cfg.optim, total_steps=10)
+    assert opt.master_weights == "bf16"
     _train_step(model, opt, 0)
     for n, p in model.named_parameters():
         assert torch.equal(p.detach(), p.detach().bfloat16().float()), n

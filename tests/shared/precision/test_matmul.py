@@ -97,8 +97,3 @@ def test_grouped_linear_matches_the_kernels_layout_and_zeroes_dropped_rows():
     ref = grouped_mm(x, w, counts, "loop")
     torch.testing.assert_close(y, ref, rtol=2e-2, atol=2e-2)
     assert (y[7:] == 0).all()
-
-
-def test_te_backend_with_row_granularity_is_rejected():
-    with pytest.raises(ValueError, match="fp8_granularity=row"):
-        PrecisionConfig(expert="fp8", backend="te", fp8_granularity="row")

@@ -37,3 +37,12 @@ def test_every_kind_maps_BTD_to_BTD_and_backpropagates(kind):
     assert y.shape == x.shape and torch.isfinite(y).all()
     y.square().mean().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+def test_swa_with_a_global_layer_every_fourth():
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=8)
+    cfg.attention.pattern = ["swa", "swa", "swa", "gqa"]
+    names = [type(build_attention(cfg, i)).__name__ for i in range(8)]
+    assert names == ["SlidingWindowAttention"] * 3 + ["GroupedQueryAttention"] + ["SlidingWindowAttention"] * 3 + [
+        "GroupedQueryAttention"
+    ]

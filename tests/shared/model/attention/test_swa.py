@@ -82,3 +82,23 @@ def test_flex_swa_matches_dense_on_cuda(make_cfg):
     y_dense.sum().backward()
     torch.testing.assert_close(y_flex, y_dense, rtol=2e-3, atol=2e-3)
     torch.testing.assert_close(g_flex, m.wq.weight.grad, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_flex_block_mask_and_sink_rescaling_match_dense_forward_on_cpu(make_cfg):
+    # FlexAttention has no CPU backward, but its eager forward checks the mask_mod and the
+    # sigmoid(lse - sink) rescaling that the CUDA path uses.
+    torch.manual_seed(0)
+    cfg = make_cfg("swa")
+    cfg.attention.swa.window = 12
+    cfg.attention.swa.sink_tokens = 3
+    cfg.attention.swa.learned_sinks = True
+    m = build_attention(cfg, 0)
+    with torch.no_grad():
+        m.sink_logit_H.copy_(torch.randn(cfg.n_heads))
+    x = torch.randn(2, 100, cfg.d_model)
+    with torch.no_grad():
+        m.impl = "flex"
+        y_flex = m(x)
+        m.impl = "dense"
+        torch.testing.assert_close(y_flex, m(x), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,328 @@
+"""Full training step (forward + backward + AdamW step), tokens/s: ours vs HF DeepseekV3 vs torchtitan.
+
+Issue 10's trainer benchmark. The same DeepSeek-V3-shaped model (MLA attention, a dense first
+layer, then MoE layers of shared + fine-grained routed SwiGLU experts, sigmoid top-k routing with
+one group) is built three times, in one process:
+
+* ours: `shared.model.MoETransformer` from `configs/tiny.yaml` with overrides that set the shape,
+  `attention.pattern=[mla]` and the MLA ranks; its loss adds `aux["aux_loss"]` and its step ends
+  with `update_router_biases()` (the aux-loss-free bias update is part of our training step);
+* Hugging Face transformers' `DeepseekV3ForCausalLM` (SDPA attention), timed with every experts
+  implementation it offers (`config._experts_implementation` = `grouped_mm`, `eager`); the ratio
+  is against the fastest;
+* torchtitan's `DeepSeekV3Model` built from its nested `Config` dataclasses, with SDPA as inner
+  attention (FlexAttention has no backward on CPU) and its grouped experts run in fp32 (it casts
+  expert GEMM operands to bf16, which these CPUs only emulate).
+
+All run fp32 on CPU with `torch.optim.AdamW` (same hyper-parameters, one parameter group) and the
+same next-token cross-entropy; parameter counts are printed and must agree to 1%. Steps are
+interleaved (one step of each system per round, rotating the order) so load on the shared machine
+hits all systems alike; the figure is the median over rounds after warm-up.
+
+    .venv/bin/python benchmarks/train_step.py             # d 256, 4 layers, 16 experts x 128, top-2, 8 x 256
+    .venv/bin/python benchmarks/train_step.py --quick     # a small smoke run
+    .venv/bin/python benchmarks/train_step.py --profile   # also print the top ops of one step of each
+
+Last line: JSON with `ratio` (our tokens/s / HF's fastest) and `ratio_torchtitan` (ours / torchtitan's).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# benchmarks/ holds a tokenize.py that would shadow the standard library's `tokenize` (which torch
+# imports); run with the repo root on the path instead of this folder.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+REPO = _HERE.parent
+TINY = REPO / "configs" / "tiny.yaml"
+
+
+@dataclass
+class Shape:
+    vocab: int
+    d_model: int
+    layers: int
+    heads: int
+    experts: int
+    hidden: int
+    top_k: int
+    shared: int
+    first_dense: int
+    q_lora: int
+    kv_lora: int
+    qk_nope: int
+    qk_rope: int
+    v_dim: int
+    seq: int
+    batch: int
+
+
+def build_ours(s: Shape) -> tuple[nn.Module, int]:
+    """Our model from configs/tiny.yaml at the benchmark shape; returns it and the dense FFN width."""
+    from shared.config import load_config
+    from shared.model import MoETransformer
+
+    cfg = load_config(TINY, [
+        f"model.vocab_size={s.vocab}", f"model.d_model={s.d_model}", f"model.n_layers={s.layers}",
+        f"model.n_heads={s.heads}", f"model.n_kv_heads={s.heads}", f"model.max_seq_len={s.seq}",
+        f"model.first_k_dense={s.first_dense}",
+        f"model.moe.n_routed_experts={s.experts}", f"model.moe.expert_hidden={s.hidden}",
+        f"model.moe.top_k={s.top_k}", f"model.moe.n_shared_experts={s.shared}",
+        "model.attention.pattern=[mla]",
+        f"model.attention.mla.q_lora_rank={s.q_lora}", f"model.attention.mla.kv_lora_rank={s.kv_lora}",
+        f"model.attention.mla.qk_nope_head_dim={s.qk_nope}", f"model.attention.mla.qk_rope_head_dim={s.qk_rope}",
+        f"model.attention.mla.v_head_dim={s.v_dim}",
+    ])
+    torch.manual_seed(0)
+    return MoETransformer(cfg.model), cfg.model.resolved_dense_hidden
+
+
+def build_hf(s: Shape, dense_hidden: int, impl: str) -> nn.Module:
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(
+        vocab_size=s.vocab, hidden_size=s.d_model, intermediate_size=dense_hidden, moe_intermediate_size=s.hidden,
+        num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.heads,
+        n_shared_experts=s.shared, n_routed_experts=s.experts, num_experts_per_tok=s.top_k,
+        first_k_dense_replace=s.first_dense, n_group=1, topk_group=1, norm_topk_prob=True,
+        routed_scaling_factor=1.0, q_lora_rank=s.q_lora or None, kv_lora_rank=s.kv_lora,
+        qk_nope_head_dim=s.qk_nope, qk_rope_head_dim=s.qk_rope, v_head_dim=s.v_dim,
+        max_position_embeddings=s.seq, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        use_cache=False, tie_word_embeddings=False,
+    )
+    config._attn_implementation = "sdpa"
+    config._experts_implementation = impl
+    torch.manual_seed(0)
+    return DeepseekV3ForCausalLM(config).float()
+
+
+def _fp32_grouped_experts():
+    """torchtitan's `GroupedExperts` with its three grouped GEMMs in fp32 and no bf16 casts.
+
+    Same computation as its `forward` (silu(x W1ᵀ) ⊙ (x W3ᵀ) then W2ᵀ per expert, via
+    `torch._grouped_mm` over per-expert offsets); only the dtype differs, as the issue asks.
+    """
+    from torchtitan.models.common.moe import GroupedExperts
+
+    class FP32GroupedExperts(GroupedExperts):
+        @dataclass(kw_only=True, slots=True)
+        class Config(GroupedExperts.Config):
+            pass
+
+        def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+            offs = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+            h_RF = F.silu(self._grouped_mm(A=x_RD, B_t=self.w1_EFD.transpose(-2, -1), offs=offs))
+            h_RF = h_RF * self._grouped_mm(A=x_RD, B_t=self.w3_EFD.transpose(-2, -1), offs=offs)
+            return self._grouped_mm(A=h_RF, B_t=self.w2_EDF.transpose(-2, -1), offs=offs)
+
+    return FP32GroupedExperts
+
+
+def build_torchtitan(s: Shape, dense_hidden: int) -> nn.Module:
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.deepseek_v3 import DeepSeekV3Model, build_mla_moe_layers
+
+    init = {"weight": lambda t: nn.init.trunc_normal_(t, std=0.02), "bias": nn.init.zeros_}
+    norm_init = {"weight": nn.init.ones_}
+    experts_init = {k: (lambda t: nn.init.trunc_normal_(t, std=0.02)) for k in ("w1_EFD", "w2_EDF", "w3_EFD")}
+    layers = build_mla_moe_layers(
+        n_layers=s.layers, n_dense_layers=s.first_dense, dim=s.d_model, n_heads=s.heads,
+        q_lora_rank=s.q_lora, kv_lora_rank=s.kv_lora, qk_nope_head_dim=s.qk_nope, qk_rope_head_dim=s.qk_rope,
+        v_head_dim=s.v_dim, mscale=1.0, dense_hidden_dim=dense_hidden, moe_hidden_dim=s.hidden,
+        num_experts=s.experts, num_shared_experts=s.shared, router_top_k=s.top_k, router_score_func="sigmoid",
+        router_route_scale=1.0, router_route_norm=True, attn_backend="flex", moe_comm_backend="standard",
+        non_blocking_capacity_factor=None, linear_init=init, norm_init=norm_init,
+        depth_init=lambda _layer: init, depth_experts_init=lambda _layer: experts_init,
+        rope=ComplexRoPE.Config(dim=s.qk_rope, max_seq_len=s.seq, theta=10000.0, scaling="none"),
+    )
+    fp32_experts = _fp32_grouped_experts()
+    for layer in layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+        if layer.moe is not None:
+            old = layer.moe.routed_experts.inner_experts
+            layer.moe.routed_experts.inner_experts = fp32_experts.Config(
+                dim=old.dim, hidden_dim=old.hidden_dim, num_experts=old.num_experts, param_init=old.param_init,
+            )
+    config = DeepSeekV3Model.Config(
+        vocab_size=s.vocab, dim=s.d_model,
+        tok_embeddings=Embedding.Config(num_embeddings=s.vocab, embedding_dim=s.d_model,
+                                        param_init={"weight": nn.init.normal_}),
+        norm=RMSNorm.Config(normalized_shape=s.d_model, param_init=norm_init),
+        lm_head=Linear.Config(in_features=s.d_model, out_features=s.vocab, param_init=init),
+        layers=layers, mtp_layers=[],
+    )
+    torch.manual_seed(0)
+    model = config.build()
+    model.init_states()
+    return model
+
+
+def make_step(model: nn.Module, forward: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
+              after_step: Callable[[], None] | None = None) -> Callable[[torch.Tensor], float]:
+    """One training step: next-token CE (+ the model's aux loss), backward, AdamW step."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+    def step(tokens_BT1: torch.Tensor) -> float:
+        inputs, targets = tokens_BT1[:, :-1], tokens_BT1[:, 1:]
+        logits, aux = forward(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        if aux is not None:
+            loss = loss + aux
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if after_step is not None:
+            after_step()
+        return loss.item()
+
+    return step
+
+
+def systems(s: Shape, hf_impls: list[str]) -> dict[str, tuple[nn.Module, Callable[[torch.Tensor], float]]]:
+    ours, dense_hidden = build_ours(s)
+
+    def ours_fwd(x):
+        logits, aux = ours(x)
+        return logits, aux["aux_loss"]
+
+    out = {"ours": (ours, make_step(ours, ours_fwd, ours.update_router_biases))}
+    for impl in hf_impls:
+        hf = build_hf(s, dense_hidden, impl)
+        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, m=hf: (m(input_ids=x).logits, None)))
+    try:
+        tt = build_torchtitan(s, dense_hidden)
+    except ImportError as exc:
+        print(f"torchtitan not installed ({exc}); `pip install -e '.[bench]'` to compare", flush=True)
+    else:
+        out["torchtitan"] = (tt, make_step(tt, lambda x: (tt(x), None)))
+    return out
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def check_same_size(built: dict[str, tuple[nn.Module, Callable]]) -> dict[str, int]:
+    """Parameter counts must agree to 1% (ours adds one bungee scalar per MoE layer)."""
+    counts = {name: n_params(m) for name, (m, _) in built.items()}
+    ref = counts["ours"]
+    for name, n in counts.items():
+        print(f"{name}: {n:,} parameters", flush=True)
+        if abs(n - ref) > 0.01 * ref:
+            raise SystemExit(f"{name} has {n:,} parameters vs ours {ref:,} (> 1% apart): not the same configuration")
+    return counts
+
+
+def time_steps(built, s: Shape, warmup: int, rounds: int) -> dict[str, float]:
+    """Median seconds per step of each system, interleaved round by round (order rotates)."""
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=gen) for _ in range(4)]
+    names = list(built)
+    for name in names:
+        for i in range(warmup):
+            loss = built[name][1](batches[i % len(batches)])
+        if not torch.isfinite(torch.tensor(loss)):
+            raise SystemExit(f"{name}: non-finite loss {loss} during warm-up")
+        print(f"{name}: warm-up done, loss {loss:.3f}", flush=True)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    try:
+        from tqdm import tqdm
+        it = tqdm(range(rounds), desc="rounds", file=sys.stderr)
+    except ImportError:
+        it = range(rounds)
+    for r in it:
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            built[name][1](batches[r % len(batches)])
+            times[name].append(time.perf_counter() - t0)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def profile(built, s: Shape, top: int) -> None:
+    """Print the top ops by self CPU time of one step of each system (after warm-up)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    tokens = torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=torch.Generator().manual_seed(9))
+    for name, (_, step) in built.items():
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(tokens)
+        print(f"\n=== profile: {name} (one step) ===")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small shapes, few steps (smoke test)")
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--experts", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=128, help="routed expert width (moe_intermediate_size)")
+    p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--shared", type=int, default=1)
+    p.add_argument("--first-dense", type=int, default=1, help="leading dense layers (first_k_dense_replace)")
+    p.add_argument("--q-lora", type=int, default=128)
+    p.add_argument("--kv-lora", type=int, default=64)
+    p.add_argument("--qk-nope", type=int, default=32)
+    p.add_argument("--qk-rope", type=int, default=16)
+    p.add_argument("--v-dim", type=int, default=32)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7, help="timed steps per system (median reported)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of one step of each")
+    args = p.parse_args()
+    if args.quick:
+        args.vocab, args.d_model, args.layers, args.heads, args.experts, args.hidden = 512, 64, 2, 2, 4, 32
+        args.q_lora, args.kv_lora, args.qk_nope, args.qk_rope, args.v_dim = 32, 16, 16, 8, 16
+        args.seq, args.batch, args.warmup, args.rounds = 32, 2, 1, 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    s = Shape(vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, experts=args.experts,
+              hidden=args.hidden, top_k=args.top_k, shared=args.shared, first_dense=args.first_dense,
+              q_lora=args.q_lora, kv_lora=args.kv_lora, qk_nope=args.qk_nope, qk_rope=args.qk_rope,
+              v_dim=args.v_dim, seq=args.seq, batch=args.batch)
+    built = systems(s, ["grouped_mm", "eager"])
+    counts = check_same_size(built)
+    secs = time_steps(built, s, args.warmup, args.rounds)
+    tokens = s.batch * s.seq
+    tps = {n: tokens / t for n, t in secs.items()}
+    for n, v in tps.items():
+        print(f"{n}: {secs[n] * 1e3:.1f} ms/step, {v:,.0f} tokens/s", flush=True)
+    hf = {n: v for n, v in tps.items() if n.startswith("hf[")}
+    best_hf = max(hf, key=hf.get)
+    result = {
+        "shape": vars(s), "threads": torch.get_num_threads(), "rounds": args.rounds, "params": counts,
+        "tokens_per_s": tps, "hf_fastest": best_hf, "ratio": tps["ours"] / hf[best_hf],
+        "ratio_torchtitan": tps["ours"] / tps["torchtitan"] if "torchtitan" in tps else None,
+    }
+    tt = "n/a" if result["ratio_torchtitan"] is None else f"{result['ratio_torchtitan']:.2f}x"
+    print(f"ours vs HF fastest ({best_hf}): {result['ratio']:.2f}x; ours vs torchtitan: {tt}", flush=True)
+    if args.profile:
+        profile(built, s, top=15)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Reading a sweep: the loss grid, the optimal LR per (budget, parameterisation, width), and its drift.
+
+muP's promise (Yang et al. 2022, Fig. 1) is that the optimal LR found at a small width stays
+optimal at larger widths, while under standard parameterisation it moves (for Adam-like updates,
+roughly ∝ 1/width). We measure it as the slope of ln(lr*) against ln(width): ≈ 0 means the LR
+transfers, ≈ −1 means it must shrink with width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.trainer.hparam.fit import ParabolaOptimum, fit_power_law, parabola_optimum
+from services.trainer.hparam.sweep import TrialResult
+
+
+def optimal_lrs(results: Sequence[TrialResult]) -> dict[tuple[int, bool, int], ParabolaOptimum]:
+    """{(tokens, mup, width): the parabola-fit optimum of that LR sweep} for every sweep with ≥ 3 LRs."""
+    groups: dict[tuple[int, bool, int], list[TrialResult]] = {}
+    for r in results:
+        groups.setdefault((r.tokens, r.mup, r.width), []).append(r)
+    out = {}
+    for key, rs in sorted(groups.items()):
+        if sum(math.isfinite(r.loss) for r in rs) >= 3:
+            out[key] = parabola_optimum([r.lr for r in rs], [r.loss for r in rs])
+    return out
+
+
+@dataclass(frozen=True)
+class Drift:
+    tokens: int
+    mup: bool
+    widths: tuple[int, ...]
+    lrs: tuple[float, ...]
+    slope: float  # d ln(lr*) / d ln(width)
+    spread_octaves: float  # log2(max lr* / min lr*) across widths
+
+
+def lr_drift(optima: dict[tuple[int, bool, int], ParabolaOptimum]) -> list[Drift]:
+    """Per (budget, parameterisation): how the optimal LR moves across widths."""
+    by: dict[tuple[int, bool], list[tuple[int, float]]] = {}
+    for (tokens, mup, width), opt in optima.items():
+        by.setdefault((tokens, mup), []).append((width, opt.lr))
+    out = []
+    for (tokens, mup), pts in sorted(by.items(), key=lambda kv: (kv[0][0], not kv[0][1])):
+        pts.sort()
+        if len(pts) < 2:
+            continue
+        widths, lrs = zip(*pts, strict=True)
+        slope = fit_power_law(widths, lrs).b
+        out.append(Drift(tokens, mup, widths, lrs, slope, math.log2(max(lrs) / min(lrs))))
+    return out
+
+
+def sweep_table(results: Sequence[TrialResult]) -> str:
+    """Markdown: one row per (budget, parameterisation, width), the loss at each LR, and the optimum."""
+    lrs = sorted({r.lr for r in results})
+    optima = optimal_lrs(results)
+    cell = {(r.tokens, r.mup, r.width, r.lr): r for r in results}
+    rows = sorted({(r.tokens, r.mup, r.width) for r in results}, key=lambda k: (k[0], not k[1], k[2]))
+    lines = ["| tokens | param | width | " + " | ".join(f"lr={lr:.3g}" for lr in lrs) + " | lr* (parabola) |",
+             "|---:|---|---:|" + "---:|" * (len(lrs) + 1)]
+    for tokens, mup, width in rows:
+        vals = []
+        for lr in lrs:
+            r = cell.get((tokens, mup, width, lr))
+            best = optima.get((tokens, mup, width))
+            text = "-" if r is None else ("diverged" if r.diverged else f"{r.loss:.4f}")
+            vals.append(f"**{text}**" if r is not None and best is not None and lr == best.best_grid_lr else text)
+        opt = optima.get((tokens, mup, width))
+        star = "-" if opt is None else f"{opt.lr:.3g}" + ("" if opt.bracketed else " (edge)")
+        lines.append(f"| {tokens:,} | {'muP' if mup else 'SP'} | {width} | " + " | ".join(vals) + f" | {star} |")
+    return "\n".join(lines)
+
+
+def drift_table(drifts: Sequence[Drift]) -> str:
+    lines = ["| tokens | param | lr* per width | slope d ln lr*/d ln width | spread (octaves) |", "|---:|---|---|---:|---:|"]
+    for d in drifts:
+        per = ", ".join(f"{w}: {lr:.3g}" for w, lr in zip(d.widths, d.lrs, strict=True))
+        lines.append(f"| {d.tokens:,} | {'muP' if d.mup else 'SP'} | {per} | {d.slope:+.2f} | {d.spread_octaves:.2f} |")
+    return "\n".join(lines)

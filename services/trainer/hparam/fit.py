@@ -1,0 +1,117 @@
+"""The two fits behind LR transfer: a parabola in log-LR per sweep, and a power law over token budgets.
+
+1. Optimal LR of one sweep: loss is close to a parabola in log(lr) near its minimum (the shape
+   the LR-sensitivity studies report, e.g. Wortsman et al. 2023, arXiv:2309.14322), so we fit
+   `loss = c0 + c1·x + c2·x²` with x = ln(lr) over the best grid point and its neighbours and take
+   x* = −c1 / (2·c2). A best point at the edge of the grid or a fit with no curvature cannot locate
+   a minimum: the result says so (`bracketed=False`) and falls back to the best grid point.
+2. Token-horizon law: ln(lr*) = a + b·ln(tokens) by ordinary least squares (the linear regression a
+   155B-total/17B-active MoE used to extrapolate its optimal LR from small proxies to 10T tokens,
+   reported R² = 0.95). We report a, b, R², their standard errors and a Student-t prediction
+   interval for a new budget: ŷ ± t(n−2)·s·√(1 + 1/n + (x₀ − x̄)²/Sxx).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class ParabolaOptimum:
+    """The optimal LR of one sweep and how it was found."""
+
+    lr: float  # optimal learning rate (exp of the parabola's vertex, or the best grid point)
+    loss: float  # fitted loss at the optimum (the grid loss when not bracketed)
+    best_grid_lr: float  # the grid point with the lowest loss
+    bracketed: bool  # True when the vertex lies inside the fitted points and the parabola opens upward
+    points_used: int  # grid points in the fit
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parabola_optimum(lrs: Sequence[float], losses: Sequence[float], neighbours: int = 2) -> ParabolaOptimum:
+    """Fit a parabola in ln(lr) to the best point and up to `neighbours` grid points on each side.
+
+    Non-finite losses (diverged runs) are dropped first; at least three finite points are needed.
+    """
+    pairs = sorted((float(lr), float(loss)) for lr, loss in zip(lrs, losses, strict=True) if math.isfinite(loss))
+    if any(lr <= 0 for lr, _ in pairs):
+        raise ValueError(f"learning rates must be positive, got {[lr for lr, _ in pairs]}")
+    if len(pairs) < 3:
+        raise ValueError(f"a parabola fit needs at least 3 finite (lr, loss) points, got {len(pairs)}; widen the LR grid")
+    grid = [lr for lr, _ in pairs]
+    x = np.log(grid)
+    y = np.array([loss for _, loss in pairs])
+    best = int(np.argmin(y))
+    lo, hi = max(0, best - neighbours), min(len(x), best + neighbours + 1)
+    if hi - lo < 3:  # best point at an edge: take the three nearest points anyway
+        lo, hi = (0, 3) if best < len(x) // 2 else (len(x) - 3, len(x))
+    xs, ys = x[lo:hi], y[lo:hi]
+    c2, c1, c0 = np.polyfit(xs, ys, 2)
+    at_edge = best in (0, len(x) - 1)
+    if c2 <= 0 or at_edge:
+        return ParabolaOptimum(grid[best], float(y[best]), grid[best], False, len(xs))
+    vertex = float(-c1 / (2 * c2))
+    vertex = min(max(vertex, float(xs[0])), float(xs[-1]))  # never extrapolate past the fitted points
+    return ParabolaOptimum(
+        float(math.exp(vertex)), float(c0 + c1 * vertex + c2 * vertex**2), grid[best], True, len(xs)
+    )
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """ln(lr*) = a + b·ln(tokens), fitted by least squares."""
+
+    a: float
+    b: float
+    r2: float
+    a_se: float
+    b_se: float
+    residual_std: float  # s, the residual standard deviation in ln(lr) (n − 2 degrees of freedom)
+    n: int
+    x_mean: float
+    sxx: float
+
+    def predict(self, tokens: float, level: float = 0.9) -> tuple[float, float, float]:
+        """(lr, low, high): the predicted optimal LR for `tokens` and its `level` prediction interval."""
+        if tokens <= 0:
+            raise ValueError(f"token budget must be positive, got {tokens}")
+        x0 = math.log(tokens)
+        y0 = self.a + self.b * x0
+        if self.n <= 2 or not math.isfinite(self.residual_std):
+            return math.exp(y0), float("nan"), float("nan")
+        t = float(stats.t.ppf(0.5 + level / 2, self.n - 2))
+        half = t * self.residual_std * math.sqrt(1 + 1 / self.n + (x0 - self.x_mean) ** 2 / self.sxx)
+        return math.exp(y0), math.exp(y0 - half), math.exp(y0 + half)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_power_law(tokens: Sequence[float], lrs: Sequence[float]) -> PowerLawFit:
+    """Least-squares fit of ln(lr) on ln(tokens); needs at least 2 distinct budgets (3 for an interval)."""
+    if len(tokens) != len(lrs):
+        raise ValueError(f"tokens ({len(tokens)}) and lrs ({len(lrs)}) must have the same length")
+    if any(t <= 0 for t in tokens) or any(lr <= 0 for lr in lrs):
+        raise ValueError("token budgets and learning rates must be positive")
+    x, y = np.log(np.asarray(tokens, float)), np.log(np.asarray(lrs, float))
+    n = len(x)
+    if n < 2 or np.ptp(x) == 0:
+        raise ValueError(f"the law needs at least 2 distinct token budgets, got {sorted(set(tokens))}")
+    x_mean = float(x.mean())
+    sxx = float(((x - x_mean) ** 2).sum())
+    b = float(((x - x_mean) * (y - y.mean())).sum() / sxx)
+    a = float(y.mean() - b * x_mean)
+    resid = y - (a + b * x)
+    ss_res, ss_tot = float((resid**2).sum()), float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    s = math.sqrt(ss_res / (n - 2)) if n > 2 else float("nan")
+    b_se = s / math.sqrt(sxx)
+    a_se = s * math.sqrt(1 / n + x_mean**2 / sxx)
+    return PowerLawFit(a, b, r2, a_se, b_se, s, n, x_mean, sxx)

@@ -1,0 +1,31 @@
+"""Smoke test of benchmarks/train_step.py: the quick run completes and its last line is the result JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_train_step_quick_prints_ratios() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "train_step.py"), "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    tps = result["tokens_per_s"]
+    assert {"ours", "hf[grouped_mm]", "hf[eager]", "torchtitan"} <= set(tps)
+    assert all(v > 0 and math.isfinite(v) for v in tps.values())
+    assert result["hf_fastest"] == max((k for k in tps if k.startswith("hf[")), key=tps.get)
+    assert result["ratio"] == pytest.approx(tps["ours"] / tps[result["hf_fastest"]])
+    assert result["ratio_torchtitan"] == pytest.approx(tps["ours"] / tps["torchtitan"])
+    counts = result["params"]
+    assert all(abs(n - counts["ours"]) <= 0.01 * counts["ours"] for n in counts.values())

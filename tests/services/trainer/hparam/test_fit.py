@@ -1,0 +1,75 @@
+"""The fits behind LR transfer: parabola optimum in log-LR and the token-horizon regression."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from services.trainer.hparam.fit import fit_power_law, parabola_optimum
+
+
+def test_parabola_finds_known_optimum_between_grid_points():
+    true_lr = 2.7e-3
+    lrs = [1e-3 * 2**k for k in range(-3, 5)]
+    losses = [3.0 + 0.4 * (math.log(lr) - math.log(true_lr)) ** 2 for lr in lrs]
+    opt = parabola_optimum(lrs, losses)
+    assert opt.bracketed
+    assert opt.lr == pytest.approx(true_lr, rel=1e-6)
+    assert opt.loss == pytest.approx(3.0, abs=1e-9)
+    assert opt.best_grid_lr == 2e-3
+
+
+def test_parabola_with_noise_and_a_diverged_point_stays_close():
+    rng = np.random.default_rng(0)
+    true_lr = 5e-3
+    lrs = list(np.geomspace(1e-4, 1e-1, 10))
+    losses = [2.0 + 0.3 * (math.log(lr / true_lr)) ** 2 + rng.normal(0, 0.005) for lr in lrs]
+    losses[-1] = math.inf  # the largest LR diverged
+    opt = parabola_optimum(lrs, losses)
+    assert opt.bracketed
+    assert abs(math.log(opt.lr / true_lr)) < 0.15
+
+
+def test_parabola_at_grid_edge_is_not_bracketed():
+    lrs = [1e-3, 2e-3, 4e-3, 8e-3]
+    losses = [4.0, 3.5, 3.2, 3.0]  # still falling at the largest LR
+    opt = parabola_optimum(lrs, losses)
+    assert not opt.bracketed
+    assert opt.lr == 8e-3
+
+
+def test_parabola_needs_three_finite_points():
+    with pytest.raises(ValueError, match="at least 3"):
+        parabola_optimum([1e-3, 2e-3, 4e-3], [3.0, math.nan, math.inf])
+
+
+def test_regression_recovers_a_and_b_from_noisy_synthetic_optima():
+    rng = np.random.default_rng(1)
+    a, b = 1.2, -0.35
+    tokens = np.geomspace(1e6, 1e9, 12)
+    lrs = np.exp(a + b * np.log(tokens) + rng.normal(0, 0.05, tokens.size))
+    fit = fit_power_law(tokens, lrs)
+    assert fit.b == pytest.approx(b, abs=3 * fit.b_se + 1e-9)
+    assert fit.a == pytest.approx(a, abs=3 * fit.a_se + 1e-9)
+    assert abs(fit.b - b) < 0.03
+    assert fit.r2 > 0.95
+    lr, lo, hi = fit.predict(1e13)
+    assert lo < math.exp(a + b * math.log(1e13)) < hi
+    assert lo < lr < hi
+
+
+def test_prediction_interval_widens_away_from_the_data():
+    rng = np.random.default_rng(2)
+    tokens = np.geomspace(1e6, 1e8, 6)
+    lrs = np.exp(-0.5 * np.log(tokens) + rng.normal(0, 0.1, tokens.size))
+    fit = fit_power_law(tokens, lrs)
+    _, lo_near, hi_near = fit.predict(1e7)
+    _, lo_far, hi_far = fit.predict(1e12)
+    assert math.log(hi_far / lo_far) > math.log(hi_near / lo_near)
+
+
+def test_regression_rejects_a_single_budget():
+    with pytest.raises(ValueError, match="2 distinct token budgets"):
+        fit_power_law([1e6, 1e6], [1e-3, 2e-3])
