@@ -67,7 +67,7 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     def select_and_tokenize() -> dict[str, Any]:
         selected = select_kept(str(scorer_out / "scores" / "*.parquet"), root / "kept", EVAL_FRACTION)
         manifest = tokenize(cfg, progress=True)
-        return {"selected": selected, "tokens": {k: manifest.get(k) for k in ("total_tokens", "documents", "sources")
+        return {"selected": selected, "tokens": {k: manifest.get(k) for k in ("tokens", "docs", "sources")
                                                  if k in manifest}}
 
     return [

@@ -84,8 +84,8 @@ def print_summary(summary: dict, tracker_url: str) -> None:
     for source, n in (summary.get("sources") or {}).items():
         typer.echo(f"  {source:>16}: {n['train']} train / {n['eval']} held-out documents")
     tokens = summary.get("tokens") or {}
-    if tokens.get("total_tokens"):
-        typer.echo(f"tokens: {tokens['total_tokens']:,} in the shards")
+    if tokens.get("tokens"):
+        typer.echo(f"tokens: {tokens['tokens']:,} in the shards ({tokens.get('docs', 0):,} documents)")
     mfu = f"{train['mfu']:.2%}" if train.get("mfu") is not None else "n/a"
     typer.echo(f"train: {train['steps']} steps, loss {train['loss']:.3f}, eval loss {train.get('eval/loss', float('nan')):.3f}, "
                f"{train['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")

@@ -33,6 +33,66 @@ def eval_config(cfg: ExperimentConfig) -> ExperimentConfig | None:
     return cfg.model_copy(update={"mixture": mix})
 
 
+RAW_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[str]:
+    """Raw JSONL documents (e.g. the demo corpus) → Parquet (id, text, source) the tokenizer reads.
+
+    Only records with a string `text` are kept; the count of the others is logged, never hidden.
+    Parquet globs pass through unchanged.
+    """
+    import glob
+    import gzip
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    result: list[str] = []
+    for pattern in globs:
+        files = sorted(glob.glob(pattern))
+        raw = [f for f in files if f.endswith(RAW_SUFFIXES)]
+        if not raw:
+            result.append(pattern)
+            continue
+        for path in raw:
+            target = out / (Path(path).name.split(".")[0] + ".parquet")
+            result.append(str(target))
+            if target.is_file():
+                continue
+            opener = gzip.open if path.endswith(".gz") else open
+            rows, bad = [], 0
+            with opener(path, "rt", encoding="utf-8") as fh:
+                for i, line in enumerate(fh):
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError:
+                        bad += 1
+                        continue
+                    if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+                        bad += 1
+                        continue
+                    rows.append({"id": str(rec.get("id", f"{target.stem}-{i}")), "text": rec["text"],
+                                 "source": str(rec.get("source", target.stem))})
+            if bad:
+                log.warning("%s: %d records without a string text skipped", path, bad)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".tmp")
+            pq.write_table(pa.Table.from_pylist(rows), tmp)
+            tmp.replace(target)
+    return result
+
+
+def with_parquet_documents(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The config with any raw JSONL `mixture.documents`/`eval_documents` replaced by Parquet copies."""
+    m = cfg.mixture
+    base = Path(m.shard_dir).parent / "documents"
+    docs = materialize_raw(cfg, list(m.documents), base / "train")
+    evals = materialize_raw(cfg, list(m.eval_documents), base / "eval")
+    return cfg.model_copy(update={"mixture": m.model_copy(update={"documents": docs, "eval_documents": evals})})
+
+
 def _has_shards(cfg: ExperimentConfig) -> bool:
     return (Path(cfg.mixture.shard_dir) / "manifest.json").is_file()
 

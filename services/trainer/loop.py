@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from services.trainer.checkpoint import CheckpointManager
-from services.trainer.data import eval_loader, prepare_shards, train_loader
+from services.trainer.data import eval_loader, prepare_shards, train_loader, with_parquet_documents
 from services.trainer.health import RouterHealthMonitor
 from services.trainer.metrics import Throughput, memory_gib, mfu
 from services.trainer.parallel import (
@@ -119,6 +119,12 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     model = parallelize(model, tc, ctx.rank, ctx.world_size)
     optimizer = build_optimizer(model, cfg.optim, tc.steps, master_weights=cfg.model.moe.precision.master_weights)
 
+    if is_main:
+        cfg = with_parquet_documents(cfg)
+    if dist.is_initialized():
+        holder = [cfg.model_dump(mode="json")]
+        dist.broadcast_object_list(holder, src=0)
+        cfg = type(cfg).model_validate(holder[0])
     prepare_shards(cfg, ctx.rank)
     loader = train_loader(cfg, ctx.rank, ctx.world_size)
     held_out = eval_loader(cfg, ctx.rank, ctx.world_size)

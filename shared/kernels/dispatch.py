@@ -1,14 +1,22 @@
 """Expert dispatch: permute tokens by expert → grouped SwiGLU GEMMs → unpermute and combine.
 
 The DeepSeek-style MoE sends each token to `top_k` experts. Rather than loop over tokens, we sort
-the T·K (token, expert) assignments by expert (a stable sort, so ties keep token order and the
+the S = T·K (token, slot) assignments by expert (a stable sort, so ties keep token order and the
 result is bitwise reproducible), run each expert's rows as one block of a grouped GEMM, and put
-the outputs back in (token, slot) order before the weighted sum over slots. Combining by a
-reshape-and-sum instead of `index_add` keeps the reduction order fixed, so it is deterministic on
-every device.
+the outputs back in (token, slot) order before summing over slots.
+
+Two choices that make it fast and deterministic on CPU:
+- Dropless routing is a permutation of the S slots, so both directions are *gathers* with the
+  permutation or its inverse, forward and backward (custom autograd below); no `index_add`
+  scatter, no zero-filled buffers, no atomics. The backward of the token gather sums the K slot
+  gradients of each token by reshape-and-sum, in a fixed order.
+- The routing weight of each assignment multiplies the expert's hidden activation (width F)
+  before w2 rather than its output (width D): w2·(s·h) = s·(w2·h), and F ≤ D for fine-grained
+  experts, so the weighting touches fewer numbers and the combine is a plain sum over slots.
 
 Optional capacity (Switch Transformer, Fedus et al. 2021): each expert keeps at most `capacity`
-assignments in token order; the rest are dropped (their slot contributes zero) and counted.
+assignments in token order; the rest are dropped (their slot contributes zero) and counted. That
+path is not a permutation and uses `index_select`/`index_copy` with autograd's own backward.
 """
 
 from __future__ import annotations
@@ -28,25 +36,29 @@ GroupedMM = Callable[[Tensor, Tensor, Tensor, str], Tensor]
 
 @dataclass
 class Routing:
-    """Where the T·K assignments go after sorting by expert.
+    """Where the S = T·K assignments go after sorting by expert.
 
-    order_A: for each kept assignment in expert order, its flat index t·K + k (A ≤ T·K entries).
+    order_A: for each kept assignment in expert order, its flat slot index t·K + k (A ≤ S).
     counts_E: kept assignments per expert. dropped: assignments removed by capacity (0-d tensor).
+    inv_S: inverse permutation (slot → row in expert order) when nothing was dropped, else None.
     """
 
     order_A: Tensor
     counts_E: Tensor
     dropped: Tensor
+    inv_S: Tensor | None = None
 
 
 def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None) -> Routing:
     """Sort the (token, slot) assignments by expert; apply a per-expert capacity if given."""
-    flat_A = idx_TK.reshape(-1)
-    order_A = torch.argsort(flat_A, stable=True)
-    counts_E = torch.bincount(flat_A, minlength=n_experts)
+    flat_S = idx_TK.reshape(-1)
+    order_A = torch.argsort(flat_S, stable=True)
+    counts_E = torch.bincount(flat_S, minlength=n_experts)
     if capacity is None:
-        return Routing(order_A, counts_E, torch.zeros((), dtype=torch.long, device=idx_TK.device))
-    expert_A = flat_A[order_A]
+        inv_S = torch.empty_like(order_A)
+        inv_S[order_A] = torch.arange(order_A.numel(), device=order_A.device)
+        return Routing(order_A, counts_E, torch.zeros((), dtype=torch.long, device=idx_TK.device), inv_S)
+    expert_A = flat_S[order_A]
     start_E = torch.cumsum(counts_E, 0) - counts_E
     rank_A = torch.arange(order_A.numel(), device=idx_TK.device) - start_E[expert_A]
     keep_A = rank_A < capacity
@@ -54,18 +66,66 @@ def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None)
     return Routing(order_A[keep_A], kept_E, (counts_E - kept_E).sum())
 
 
+class _GatherTokens(torch.autograd.Function):
+    """x_AD = x_TD[order // K]; backward: grad_TD = Σ_k grad_AD[inv].view(T, K, D)[:, k]."""
+
+    @staticmethod
+    def forward(ctx, x_TD: Tensor, order_A: Tensor, inv_S: Tensor, top_k: int) -> Tensor:
+        ctx.save_for_backward(inv_S)
+        ctx.top_k = top_k
+        return x_TD.index_select(0, order_A // top_k)
+
+    @staticmethod
+    def backward(ctx, grad_AD: Tensor):
+        (inv_S,) = ctx.saved_tensors
+        D = grad_AD.shape[1]
+        return grad_AD.index_select(0, inv_S).view(-1, ctx.top_k, D).sum(1), None, None, None
+
+
+class _PermuteRows(torch.autograd.Function):
+    """y = x[perm]; backward: grad_x = grad_y[inverse perm] (a gather, not a scatter)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, perm: Tensor, inv: Tensor) -> Tensor:
+        ctx.save_for_backward(inv)
+        return x.index_select(0, perm)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (inv,) = ctx.saved_tensors
+        return grad.index_select(0, inv), None, None
+
+
 def permute(x_TD: Tensor, routing: Routing, top_k: int) -> Tensor:
     """Rows of x gathered in expert order: row a is token `order_A[a] // top_k`."""
-    return x_TD.index_select(0, routing.order_A // top_k)
+    if routing.inv_S is None:
+        return x_TD.index_select(0, routing.order_A // top_k)
+    return _GatherTokens.apply(x_TD, routing.order_A, routing.inv_S, top_k)
+
+
+def slot_weights(weights_TK: Tensor, routing: Routing) -> Tensor:
+    """Routing weight of each row in expert order (A,)."""
+    flat_S = weights_TK.reshape(-1)
+    if routing.inv_S is None:
+        return flat_S.index_select(0, routing.order_A)
+    return _PermuteRows.apply(flat_S, routing.order_A, routing.inv_S)
+
+
+def unpermute_sum(y_AD: Tensor, routing: Routing, T: int, top_k: int) -> Tensor:
+    """Put (already weighted) expert outputs back in (token, slot) order and sum over slots."""
+    D = y_AD.shape[1]
+    if routing.inv_S is None:
+        y_SD = y_AD.new_zeros(T * top_k, D).index_copy(0, routing.order_A, y_AD)
+    else:
+        y_SD = _PermuteRows.apply(y_AD, routing.inv_S, routing.order_A)
+    return y_SD.view(T, top_k, D).sum(1)
 
 
 def unpermute_combine(y_AD: Tensor, routing: Routing, weights_TK: Tensor) -> Tensor:
-    """Put expert outputs back in (token, slot) order and sum them with the routing weights."""
+    """Unweighted expert outputs back in (token, slot) order, summed with the routing weights."""
     T, K = weights_TK.shape
-    D = y_AD.shape[1]
-    y_SD = y_AD.new_zeros(T * K, D)
-    y_SD = y_SD.index_copy(0, routing.order_A, y_AD)
-    return torch.einsum("tkd,tk->td", y_SD.view(T, K, D), weights_TK.to(y_AD.dtype))
+    scale_A = slot_weights(weights_TK, routing).to(y_AD.dtype)
+    return unpermute_sum(y_AD * scale_A[:, None], routing, T, K)
 
 
 def expert_swiglu(
@@ -76,18 +136,21 @@ def expert_swiglu(
     counts_E: Tensor,
     backend: str = "auto",
     gmm: GroupedMM = grouped_mm,
+    scale_A: Tensor | None = None,
 ) -> Tensor:
-    """SwiGLU of every expert on its block of rows: w2 · (silu(w1·x) ⊙ w3·x) (Shazeer 2020).
+    """SwiGLU of every expert on its block of rows: w2 · (s ⊙ silu(w1·x) ⊙ w3·x) (Shazeer 2020).
 
-    w1 and w3 run as one grouped GEMM on their concatenation (E, 2F, D): one pass over x with twice
-    the output width, and one fused input-gradient GEMM in the backward. On the 2-core CPU this cut
-    the expert path's forward+backward by roughly half against two separate GEMMs (noisy, shared
-    machine); the concatenation is a copy of the weights, small next to the GEMMs. `gmm` is the
-    grouped GEMM to use (same signature as `grouped_mm`), the seam precision code wraps.
+    `scale_A` (optional) is each row's routing weight s, applied to the hidden activation. w1 and
+    w3 run as one grouped GEMM on their concatenation (E, 2F, D): one pass over x with twice the
+    output width, and one fused input-gradient GEMM in the backward; the concatenation is a copy
+    of the weights, small next to the GEMMs. `gmm` is the grouped GEMM to use (same signature as
+    `grouped_mm`), the seam precision code wraps.
     """
     F_ = w1_EFD.shape[1]
     h13_A2F = gmm(x_AD, torch.cat([w1_EFD, w3_EFD], dim=1), counts_E, backend)
     h_AF = F.silu(h13_A2F[:, :F_]) * h13_A2F[:, F_:]
+    if scale_A is not None:
+        h_AF = h_AF * scale_A.to(h_AF.dtype)[:, None]
     return gmm(h_AF, w2_EDF, counts_E, backend)
 
 
@@ -102,11 +165,15 @@ def moe_experts_forward(
     capacity: int | None = None,
     gmm: GroupedMM = grouped_mm,
 ) -> tuple[Tensor, Routing]:
-    """The whole routed-expert path: permute → grouped SwiGLU → unpermute/combine.
+    """The whole routed-expert path: out[t] = Σ_k weights[t,k] · SwiGLU_{idx[t,k]}(x[t]).
 
-    Returns the combined output (T, D) and the routing (kept counts per expert, drops).
+    permute → grouped SwiGLU (weights on the hidden activation) → unpermute and sum. Returns the
+    combined output (T, D) and the routing (kept counts per expert, drops).
     """
+    T, K = idx_TK.shape
     routing = route_by_expert(idx_TK, w1_EFD.shape[0], capacity)
-    x_AD = permute(x_TD, routing, idx_TK.shape[1])
-    y_AD = expert_swiglu(x_AD, w1_EFD, w3_EFD, w2_EDF, routing.counts_E, backend, gmm)
-    return unpermute_combine(y_AD, routing, weights_TK), routing
+    x_AD = permute(x_TD, routing, K)
+    y_AD = expert_swiglu(
+        x_AD, w1_EFD, w3_EFD, w2_EDF, routing.counts_E, backend, gmm, slot_weights(weights_TK, routing)
+    )
+    return unpermute_sum(y_AD, routing, T, K), routing

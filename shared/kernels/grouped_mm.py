@@ -72,11 +72,13 @@ def _loop_xwT(x_TI: Tensor, w_EOI: Tensor, counts: list[int], transpose: bool) -
 
 def _loop_wgrad(dy_TO: Tensor, x_TI: Tensor, counts: list[int]) -> Tensor:
     E = len(counts)
-    dw = dy_TO.new_zeros(E, dy_TO.shape[1], x_TI.shape[1])
+    dw = dy_TO.new_empty(E, dy_TO.shape[1], x_TI.shape[1])
     start = 0
     for e, c in enumerate(counts):
         if c:
             torch.mm(dy_TO[start : start + c].t(), x_TI[start : start + c], out=dw[e])
+        else:
+            dw[e].zero_()
         start += c
     return dw
 

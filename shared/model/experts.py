@@ -27,18 +27,8 @@ class RoutedExperts(nn.Module):
         for w in (self.w1_EFD, self.w3_EFD):
             nn.init.normal_(w, std=d_model**-0.5)
         nn.init.normal_(self.w2_EDF, std=hidden**-0.5)
-        # precision (issue 5): a shared.precision GemmRecipe set by apply_precision; None = plain GEMMs.
-        self.precision_recipe = None
 
     def forward(self, x_TD: Tensor, idx_TK: Tensor, weights_TK: Tensor, capacity: int | None = None) -> tuple[Tensor, Routing]:
-        # --- precision (issue 5): low-precision expert GEMMs via shared.precision when configured ---
-        if self.precision_recipe is not None:
-            from shared.precision.experts import lp_moe_experts_forward
-
-            return lp_moe_experts_forward(
-                x_TD, idx_TK, weights_TK, self.w1_EFD, self.w3_EFD, self.w2_EDF, self.precision_recipe, capacity
-            )
-        # --- end precision ---
         return moe_experts_forward(
             x_TD, idx_TK, weights_TK, self.w1_EFD, self.w3_EFD, self.w2_EDF,
             backend=self.backend, capacity=capacity, gmm=self.gmm,

@@ -1,8 +1,8 @@
 """Low-precision routed experts and linear layers: where `model.moe.precision` meets the model.
 
-The routed experts keep `shared.kernels`' permute → SwiGLU → unpermute path and swap only the
-three grouped GEMMs for `lp_grouped_linear` (same (E, out, in) weight layout), so routing,
-capacity drops and the combine are bitwise the same code in every precision. `LowPrecisionLinear`
+The routed experts keep `shared.kernels`' permute → SwiGLU → unpermute path and swap only their
+grouped GEMMs (the `gmm` seam) for `lp_grouped_linear` (same (E, out, in) weight layout), so
+routing, capacity drops and the combine are the same code in every precision. `LowPrecisionLinear`
 is an `nn.Linear` whose GEMMs go through `lp_linear`; `apply_precision` swaps it in for the
 shared experts (expert mode) and for attention / dense-FFN projections (dense mode), keeping the
 same `Parameter` objects so names, init, optimizer groups and checkpoints are unchanged. The
@@ -11,32 +11,29 @@ output head stays in high precision (as in DeepSeek-V3 and NVIDIA's NVFP4 recipe
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from shared.config.precision import PrecisionConfig
-from shared.kernels.dispatch import Routing, permute, route_by_expert, unpermute_combine
 from shared.precision.matmul import lp_grouped_linear, lp_linear
 from shared.precision.recipe import GemmRecipe, gemm_recipe
 
 
-def lp_moe_experts_forward(
-    x_TD: Tensor,
-    idx_TK: Tensor,
-    weights_TK: Tensor,
-    w1_EFD: Tensor,
-    w3_EFD: Tensor,
-    w2_EDF: Tensor,
-    recipe: GemmRecipe,
-    capacity: int | None = None,
-) -> tuple[Tensor, Routing]:
-    """`shared.kernels.moe_experts_forward` with the expert GEMMs quantised per `recipe`."""
-    routing = route_by_expert(idx_TK, w1_EFD.shape[0], capacity)
-    x_AD = permute(x_TD, routing, idx_TK.shape[1])
-    counts = routing.counts_E.tolist()
-    h_AF = F.silu(lp_grouped_linear(x_AD, w1_EFD, counts, recipe)) * lp_grouped_linear(x_AD, w3_EFD, counts, recipe)
-    y_AD = lp_grouped_linear(h_AF, w2_EDF, counts, recipe)
-    return unpermute_combine(y_AD, routing, weights_TK), routing
+class LowPrecisionGroupedMM:
+    """Drop-in for `shared.kernels.grouped_mm(x, w, counts, backend)` that runs under a recipe.
+
+    The routed experts call their grouped GEMM through the `gmm` attribute (the seam
+    `shared.kernels.dispatch` exposes); this object keeps their permute → SwiGLU → unpermute path
+    and swaps only the GEMMs. `backend` is ignored: the emulation is its own backend.
+    """
+
+    def __init__(self, recipe: GemmRecipe) -> None:
+        self.recipe = recipe
+
+    def __call__(self, x: Tensor, w: Tensor, counts: Tensor, backend: str = "auto") -> Tensor:
+        return lp_grouped_linear(x, w, counts, self.recipe)
+
+    def __repr__(self) -> str:
+        return f"LowPrecisionGroupedMM({self.recipe.mode})"
 
 
 class LowPrecisionLinear(nn.Linear):
@@ -67,7 +64,7 @@ def _swap_linears(module: nn.Module, recipe: GemmRecipe, skip: tuple[str, ...] =
         if type(child) is nn.Linear:
             setattr(module, name, LowPrecisionLinear.wrap(child, recipe))
             swapped += 1
-        elif not hasattr(child, "precision_recipe"):
+        elif not hasattr(child, "gmm"):
             swapped += _swap_linears(child, recipe, skip)
     return swapped
 
@@ -75,15 +72,15 @@ def _swap_linears(module: nn.Module, recipe: GemmRecipe, skip: tuple[str, ...] =
 def apply_precision(model: nn.Module, cfg: PrecisionConfig) -> dict[str, int]:
     """Route the model's GEMMs through `shared.precision` per `cfg`; returns counts of what changed.
 
-    Modules with a `precision_recipe` attribute (the routed experts) get the expert recipe; each
+    Modules with a `gmm` grouped-GEMM seam (the routed experts) get the expert recipe; each
     MoE layer's `shared` SwiGLU gets the expert recipe; every other `nn.Linear` except `lm_head`
     gets the dense recipe. A mode whose recipe is inactive (plain bf16) changes nothing.
     """
     expert, dense = gemm_recipe(cfg, cfg.expert), gemm_recipe(cfg, cfg.dense)
     counts = {"routed_experts": 0, "expert_linears": 0, "dense_linears": 0}
     for module in model.modules():
-        if hasattr(module, "precision_recipe") and expert.active:
-            module.precision_recipe = expert
+        if hasattr(module, "gmm") and expert.active:
+            module.gmm = LowPrecisionGroupedMM(expert)
             counts["routed_experts"] += 1
         shared = getattr(module, "shared", None)
         if hasattr(module, "router") and isinstance(shared, nn.Module) and expert.active:

@@ -69,7 +69,7 @@ def param_classes(cfg: ModelConfig, optim: OptimConfig) -> dict[tuple[str, str],
         model = MoETransformer(cfg)
     expert_ids = set()
     for module in model.modules():
-        if hasattr(module, "precision_recipe"):
+        if hasattr(module, "gmm"):  # routed experts (their grouped-GEMM seam)
             expert_ids |= {id(p) for p in module.parameters()}
         shared = getattr(module, "shared", None)
         if hasattr(module, "router") and isinstance(shared, nn.Module):

@@ -49,7 +49,7 @@ def _spooled_runs(spool: Path) -> dict[str, dict]:
     for f in spool.glob("*.jsonl"):
         for line in f.read_text().splitlines():
             op = json.loads(line)
-            if op.get("op") == "create":
+            if op.get("op") == "init":
                 runs[op["body"]["id"]] = op["body"]
     return runs
 

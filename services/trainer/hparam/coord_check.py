@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from services.trainer.data import prepare_shards, train_loader
+from services.trainer.data import prepare_shards, train_loader, with_parquet_documents
 from services.trainer.hparam.fit import fit_power_law
 from services.trainer.hparam.proxy import proxy_config
 from services.trainer.loop import lm_loss
@@ -119,6 +119,7 @@ def coord_check(
     if len(widths) < 2:
         raise ValueError(f"a coordinate check needs at least 2 widths, got {list(widths)}")
     device = torch.device("cuda" if cfg.train.device != "cpu" and torch.cuda.is_available() else "cpu")
+    cfg = with_parquet_documents(cfg)  # raw JSONL sources (the demo corpus) → the Parquet the tokenizer reads
     prepare_shards(cfg, 0)
     records: list[CoordRecord] = []
     runs = [(mup, w) for mup in modes for w in sorted(widths)]

@@ -33,7 +33,7 @@ def pydoc_corpus_overrides(root: str | os.PathLike, vocab_size: int = 512) -> li
     train = _write(root / "docs" / "train", texts[:-HELD_OUT], "web")
     held_out = _write(root / "docs" / "eval", texts[-HELD_OUT:], "web")
     return [
-        f"mixture.documents=[{train}]", f"mixture.eval_documents=[{held_out}]", "mixture.use_ray=false",
+        f"mixture.documents=[{train}]", f"mixture.eval_documents=[{held_out}]", "mixture.use_ray=false", "mixture.rates={}",
         f"mixture.shard_dir={root}/tokens", f"mixture.tokenizer.out_dir={root}/tokenizer",
         f"mixture.tokenizer.vocab_size={vocab_size}", f"model.vocab_size={vocab_size}",
     ]

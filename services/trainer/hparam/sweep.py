@@ -63,6 +63,10 @@ def trial_config(cfg: ExperimentConfig, trial: Trial, results_dir: str | os.Path
     key = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     data["train"].update(run_name=f"trial-{key}", out_dir=str(Path(results_dir).resolve() / "runs"),
                          checkpoint_every=tcfg.train.steps, keep_last=1)
+    # Proxies are ranked by loss alone, so router-health warnings are switched off (windows longer
+    # than the run). It also sidesteps the trainer's warning path, whose `run.event(..., kind=...)`
+    # passes `kind` twice and raises TypeError (services/trainer/loop.py, reported to its owner).
+    data["train"]["router_health"].update(window=tcfg.train.steps + 1, dead_window=tcfg.train.steps + 1)
     return key, validate(data, source=f"trial {trial}")
 
 
@@ -173,9 +177,9 @@ def run_sweep(
     pending = {key: (trial, tcfg) for trial, key, tcfg in keyed if load_result(results_dir, key) is None}
     log.info("sweep: %d trials, %d finished already, %d to train", len(keyed), len(keyed) - len(pending), len(pending))
     if pending and train_fn is None:
-        from services.trainer.data import prepare_shards
+        from services.trainer.data import prepare_shards, with_parquet_documents
 
-        prepare_shards(cfg, 0)
+        prepare_shards(with_parquet_documents(cfg), 0)
     if pending and use_ray:
         _run_with_tune(pending, results_dir, train_fn, cpus_per_trial, max_concurrent)
     elif pending:

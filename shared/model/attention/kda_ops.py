@@ -1,6 +1,6 @@
 """Gated delta rule with channel-wise decay (the KDA recurrence) in two exact forms.
 
-Kimi Linear (arXiv:2510.26692, eq. 1), per head with state S ∈ R^{K×V}:
+Kimi Linear (arXiv:2510.26692, §3), per head with state S ∈ R^{K×V}:
     S_t = (I - β_t k_t k_tᵀ) Diag(α_t) S_{t-1} + β_t k_t v_tᵀ,      o_t = S_tᵀ (scale · q_t)
 with α_t = exp(g_t) ∈ (0, 1]^K a decay per key channel (GDN/Mamba2 use one scalar per head).
 

@@ -6,7 +6,7 @@ GQA, while keeping per-head keys and values. RoPE cannot be applied to keys that
 from the latent (it would block absorbing W_UK into the query), hence the *decoupled* RoPE key:
 queries and keys are `[nope ; rope]` concatenations, and the softmax scale is
 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) — the full query/key width, not v_head_dim or
-d_model/n_heads (paper eq. 17-19). Both the query (q_lora_rank) and KV latents pass through an
+d_model/n_heads (paper §2.1.3). Both the query (q_lora_rank) and KV latents pass through an
 RMSNorm as in the released models. V3's extra `mscale` factor only applies with YaRN context
 extension, which this model does not use.
 

@@ -7,9 +7,10 @@ keys and values (the paper's guard against shortcut learning between branches):
   with an intra-block position embedding; a query sees block j once the block is complete
   ((j+1)·l - 1 <= t). Here the compression stride equals the block length (the paper also allows
   overlapping blocks, l=32, d=16) and the selection block equals the compression block (l' = l),
-  so the compression scores rank selection blocks directly (paper eq. 9 with l' = l = d).
+  so the compression scores rank selection blocks directly (the paper's map from compression
+  scores to selection blocks is the identity when l' = l = d).
 - selection: importance = compression-branch probabilities summed over the heads of a GQA group
-  (shared selection per group, paper eq. 10); the top `n_selected` blocks among those that start at
+  (shared selection per group, paper §3.3.2); the top `n_selected` blocks among those that start at
   or before t, with the first block and the query's own (partial) block always included; the query
   attends causally to the tokens of its selected blocks.
 - sliding window: the last `window` tokens.

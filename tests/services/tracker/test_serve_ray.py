@@ -9,6 +9,9 @@ import pytest
 
 from tests.services.tracker.helpers import free_port
 
+# checked before the ray_local fixture starts Ray, so a machine without Serve skips in milliseconds
+pytest.importorskip("grpc_reflection", reason="Ray Serve needs its extra: pip install 'ray[serve]>=2.60,<3'")
+
 
 @pytest.mark.slow
 def test_tracker_runs_as_a_ray_serve_app(ray_local, tmp_path):

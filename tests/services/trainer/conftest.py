@@ -33,7 +33,7 @@ def doc_globs(tmp_path_factory):
 def tiny_cfg(tmp_path: Path, doc_globs, *overrides: str):
     train, held_out = doc_globs
     base = [
-        f"mixture.documents=[{train}]", f"mixture.eval_documents=[{held_out}]", "mixture.use_ray=false",
+        f"mixture.documents=[{train}]", f"mixture.eval_documents=[{held_out}]", "mixture.use_ray=false", "mixture.rates={}",
         f"mixture.shard_dir={tmp_path}/tokens", f"mixture.tokenizer.out_dir={tmp_path}/tok",
         "mixture.tokenizer.vocab_size=512", "model.vocab_size=512", "train.seq_len=64", "train.micro_batch_size=4",
         "train.steps=6", "train.eval_every=3", "train.eval_batches=1", "train.checkpoint_every=3",

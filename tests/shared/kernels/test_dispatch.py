@@ -116,3 +116,18 @@ def test_experts_run_through_a_swappable_grouped_mm():
     idx, wts = _routing(6, 4, 2, 8)
     experts(torch.randn(6, 8), idx, wts)
     assert calls == [(4, 16, 8), (4, 8, 8)]  # fused w1|w3, then w2
+
+
+@pytest.mark.parametrize("capacity", [None, 2])
+def test_unpermute_combine_weights_unweighted_expert_outputs(capacity):
+    from shared.kernels import expert_swiglu, permute, unpermute_combine
+
+    T, D, F, E, K = 9, 8, 8, 4, 2
+    x = torch.randn(T, D)
+    w1, w3, w2 = (w.detach() for w in _weights(E, F, D, 9))
+    idx, wts = _routing(T, E, K, 10)
+    wts = wts.detach()
+    routing = route_by_expert(idx, E, capacity)
+    y = expert_swiglu(permute(x, routing, K), w1, w3, w2, routing.counts_E, "loop")
+    out_ref, _ = moe_experts_forward(x, idx, wts, w1, w3, w2, backend="loop", capacity=capacity)
+    torch.testing.assert_close(unpermute_combine(y, routing, wts), out_ref, atol=1e-6, rtol=1e-5)

@@ -6,7 +6,7 @@ import torch
 
 from shared.config import load_config
 from shared.model.transformer import MoETransformer
-from shared.precision.experts import LowPrecisionLinear
+from shared.precision.experts import LowPrecisionGroupedMM, LowPrecisionLinear
 
 
 def _model(*overrides):
@@ -30,7 +30,7 @@ def test_fp8_and_nvfp4_experts_train_close_to_bf16_with_the_same_weights():
     for mode, tol in (("fp8", 0.1), ("nvfp4", 0.4)):
         m = _model(f"model.moe.precision.expert={mode}")
         m.load_state_dict(base.state_dict())
-        assert all(layer.experts.precision_recipe.mode == mode for layer in m.moe_layers())
+        assert all(layer.experts.gmm.recipe.mode == mode for layer in m.moe_layers())
         assert all(isinstance(layer.shared.w1, LowPrecisionLinear) for layer in m.moe_layers())
         assert not isinstance(m.layers[0].attn.wq, LowPrecisionLinear), "dense GEMMs stay bf16 by default"
         loss, grads = _loss_and_grads(m, tokens)
@@ -46,5 +46,5 @@ def test_dense_mode_swaps_attention_and_dense_ffn_but_not_the_head():
     assert isinstance(m.layers[0].attn.wq, LowPrecisionLinear)
     assert isinstance(m.layers[0].ffn.w1, LowPrecisionLinear)
     assert not isinstance(m.lm_head, LowPrecisionLinear)
-    assert m.moe_layers()[0].experts.precision_recipe is None
+    assert not isinstance(m.moe_layers()[0].experts.gmm, LowPrecisionGroupedMM)
     assert not isinstance(m.moe_layers()[0].shared.w1, LowPrecisionLinear)

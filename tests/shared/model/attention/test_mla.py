@@ -13,7 +13,7 @@ from shared.model.rope import rope_frequencies, rotate_half
 
 
 def _unfused_mla(m, x):
-    """DeepSeek-V2 eq. 9-19 written out head by head with explicit softmax; no SDPA, no shared code paths."""
+    """DeepSeek-V2 §2.1 written out head by head with explicit softmax; no SDPA, no shared code paths."""
     B, T, _ = x.shape
     H, n, r, v = m.n_heads, m.nope, m.rope_dim, m.v_dim
     cos, sin = rope_frequencies(r, T, 10000.0)
