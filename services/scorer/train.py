@@ -65,7 +65,7 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
     n_dims = targets.shape[1]
     head = Probe(width, n_dims) if kind == "probe" else Judge(width, n_dims, hcfg.judge_dim, hcfg.judge_layers,
                                                               hcfg.judge_heads)
-    opt = torch.optim.AdamW(head.parameters(), lr=hcfg.lr, weight_decay=hcfg.weight_decay)
+    opt = torch.optim.AdamW(head.parameters(), lr=hcfg.lr if kind == "probe" else hcfg.judge_lr, weight_decay=hcfg.weight_decay)
     y = torch.as_tensor(targets, dtype=torch.float32)
     rng = np.random.default_rng(hcfg.seed)
     best = (float("inf"), 0, copy.deepcopy(head.state_dict()))

@@ -22,7 +22,7 @@ def test_attention_benchmark_quick_prints_exponents_json():
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for key in ("swa_exponent", "kda_exponent", "full_exponent"):
-        assert math.isfinite(result[key]), key
+        assert math.isfinite(result[key]), (key, out.stdout[-3000:])
     assert result["full_exponent"] == result["gqa_exponent"]
     for kind in ("gqa", "swa", "kda"):
         for T in (128, 256, 512):

