@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# benchmarks/ holds a tokenize.py that would shadow the standard library's tokenize module
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

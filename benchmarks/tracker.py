@@ -88,9 +88,21 @@ def load_mlflow(url: str, clients: int, steps: int) -> dict:
     client = MlflowClient(tracking_uri=url)
     exp = client.create_experiment(f"bench-{uuid.uuid4().hex[:8]}")
     per_call = 1000 // len(KEYS)
+    retries = []
+
+    def retry(fn, *a, **kw):
+        """MLflow's server drops connections now and then on a loaded machine: retry, and count it."""
+        for attempt in range(3):
+            try:
+                return fn(*a, **kw)
+            except Exception:
+                if attempt == 2:
+                    raise
+                retries.append(1)
+                time.sleep(1.0)
 
     def worker(i: int) -> None:
-        run_id = client.create_run(exp).info.run_id
+        run_id = retry(client.create_run, exp).info.run_id
         for start in range(0, steps, per_call):
             ts = int(time.time() * 1000)
             metrics = [
@@ -98,10 +110,11 @@ def load_mlflow(url: str, clients: int, steps: int) -> dict:
                 for step in range(start, min(start + per_call, steps))
                 for k, v in zip(KEYS, (1.0 / (step + 1), 3e-4, 0.5 + i, 4e4), strict=True)
             ]
-            client.log_batch(run_id, metrics=metrics)
-        client.set_terminated(run_id)
+            retry(client.log_batch, run_id, metrics=metrics)
+        retry(client.set_terminated, run_id)
 
-    return _timed_threads(worker, clients, steps)
+    res = _timed_threads(worker, clients, steps)
+    return {**res, "retries": len(retries)}
 
 
 def _timed_threads(worker, clients: int, steps: int) -> dict:
@@ -288,6 +301,7 @@ def main() -> None:
             "clients": args.clients,
             "points_per_client": steps * len(KEYS),
             "series_points": series_n,
+            "mlflow_retries": m.get("retries", 0),
             "quick": args.quick,
             "load_avg_1m": round(os.getloadavg()[0], 1),  # the machine is shared: context for the timings
             "targets_met": ours_rate / mlf_rate >= 10 and q["cold_ms"] < 100,

@@ -282,8 +282,11 @@ class Run:
             self._hist.append({"key": key, "step": max(s, 0), "wall": time.time(), "values": vals, "edges": edges})
             self._pending += 1
 
-    def event(self, kind: str, message: str = "", step: int | None = None, **data: Any) -> None:
-        """Something that happened (router-health warning, stage summary), drawn on the timeline."""
+    def event(self, kind: str, message: str = "", /, step: int | None = None, **data: Any) -> None:
+        """Something that happened (router-health warning, stage summary), drawn on the timeline.
+
+        `kind` and `message` are positional-only, so `data` may itself carry keys named
+        `kind` or `message` (e.g. the trainer's `event("router_health", msg, kind="dead_expert")`)."""
         if self._disabled:
             return
         json.dumps(data, allow_nan=False)  # fail here, in the caller, on data JSON cannot carry

@@ -68,7 +68,7 @@ def label_documents(
         for i in pending:
             doc, rubric = docs[i], rubric_for(docs[i]["kind"])
             reqs.append(OracleRequest(rubric.prompt(doc["text"], doc["kind"], max_chars), rubric.json_schema(),
-                                      doc["text"], doc["kind"]))
+                                      doc["text"], doc["kind"], rubric.answer_regex()))
         answers = oracle.answer(reqs)
         still = []
         for i, raw in zip(pending, answers, strict=True):

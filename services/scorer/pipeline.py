@@ -97,7 +97,7 @@ def label_stage(cfg, docs: list[dict] | None = None, oracle=None) -> dict:
     write_parquet_atomic(pa.Table.from_pylist(outcome.failures, schema=_failure_schema()), out / FAILURES_FILE)
     report = {"stage": "label", "oracle": oracle_desc, "oracle_model": oracle.model, "documents": len(sample),
               **outcome.summary()}
-    _finish(cfg, "label", report, oracle_desc)
+    report_stage(cfg, "label", report, oracle_desc)
     return report
 
 
@@ -106,7 +106,7 @@ def _failure_schema() -> pa.Schema:
                       ("raw", pa.string()), ("error", pa.string()), ("attempts", pa.int64())])
 
 
-def _finish(cfg, stage: str, report: dict, oracle_desc: str | None = None) -> None:
+def report_stage(cfg, stage: str, report: dict, oracle_desc: str | None = None) -> None:
     write_json_atomic(report, Path(cfg.scorer.out_dir) / f"{stage}_report.json")
     run = tracker_run(cfg, stage, oracle_desc)
     flat = {k: v for k, v in _flatten(report).items() if isinstance(v, int | float) and not isinstance(v, bool)}
@@ -190,7 +190,7 @@ def train_stage(cfg) -> dict:
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(blob, tmp)
     tmp.replace(path)
-    _finish(cfg, "train", report)
+    report_stage(cfg, "train", report)
     return report
 
 
@@ -256,7 +256,7 @@ def calibrate_stage(cfg) -> dict:
                                        scfg.scoring.micro_batch)
     report["tau_keep"], report["tau_drop"] = tau_keep, tau_drop
     _plot(report, out / "calibration.png")
-    _finish(cfg, "calibrate", report)
+    report_stage(cfg, "calibrate", report)
     return report
 
 

@@ -59,6 +59,16 @@ class Rubric:
         """The JSON schema handed to structured-output decoding (vLLM guided JSON / response_format)."""
         return self.model.model_json_schema()
 
+    def answer_regex(self) -> str:
+        """A regex accepting exactly the canonical compact answer (keys in order, integers in range).
+
+        Stricter than the JSON schema (no free whitespace), for servers that take a regex
+        constraint (vLLM `structured_outputs.regex`): a weak model cannot pad its answer forever.
+        """
+        num = "(?:10|[0-9])" if self.max_score == 10 else f"[0-{self.max_score}]"
+        body = ", ".join(f'"{d}": {num}' for d in self.dims)
+        return "\\{" + body + "\\}"
+
     def prompt(self, text: str, kind: str, max_chars: int) -> str:
         return self.template.format(text=text[:max_chars], kind=kind)
 
@@ -68,6 +78,8 @@ class Rubric:
         Accepts the JSON object on its own or wrapped in prose/code fences (the first `{...}`
         span is taken); everything inside must match the schema exactly.
         """
+        if (raw or "").startswith("<error>"):
+            raise InvalidAnswer(f"oracle request failed: {raw[8:500]}")
         match = re.search(r"\{.*\}", raw or "", flags=re.DOTALL)
         if match is None:
             raise InvalidAnswer(f"no JSON object in answer {raw[:200]!r}")

@@ -42,10 +42,29 @@ def _code_chunks(max_files: int = 400) -> list[str]:
     return chunks
 
 
-def python_docs(n_web: int, n_code: int, seed: int = 0) -> list[dict]:
-    """`n_web` prose chunks and `n_code` code chunks as dicts with id, text, source, kind."""
+def _cut(text: str, max_chars: int, sep: str) -> str:
+    """The longest prefix of whole paragraphs/lines within max_chars (at least the first one, cut)."""
+    if len(text) <= max_chars:
+        return text
+    parts, out = text.split(sep), ""
+    for part in parts:
+        if out and len(out) + len(sep) + len(part) > max_chars:
+            break
+        out = f"{out}{sep}{part}" if out else part
+    return out[:max_chars]
+
+
+def python_docs(n_web: int, n_code: int, seed: int = 0, max_chars: int = 0) -> list[dict]:
+    """`n_web` prose chunks and `n_code` code chunks as dicts with id, text, source, kind.
+
+    `max_chars` > 0 cuts each chunk at a paragraph (prose) or line (code) boundary, so a backbone
+    with a small token budget sees the whole document the oracle rated.
+    """
     rng = random.Random(seed)
     prose, code = _prose_chunks(), _code_chunks()
+    if max_chars:
+        prose = [_cut(t, max_chars, "\n\n") for t in prose]
+        code = [_cut(t, max_chars, "\n") for t in code]
     if n_web > len(prose) or n_code > len(code):
         raise ValueError(f"asked for {n_web} prose/{n_code} code chunks; Python ships {len(prose)}/{len(code)}")
     docs = [{"id": f"web-{i:05d}", "text": t, "source": "pydoc", "kind": "web"}

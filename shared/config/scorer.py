@@ -30,6 +30,9 @@ class OracleConfig(Section):
     timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds (openai backend).")
     max_retries: int = Field(3, ge=0, le=20, description="Retries per document after an invalid answer or a failed request.")
     backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry (openai).")
+    constraint: Literal["json_schema", "vllm_regex"] = Field(
+        "json_schema", description="openai backend: response_format JSON schema, or vLLM's regex built from the rubric."
+    )
     max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
     max_doc_chars: int = Field(6000, ge=100, le=200_000, description="Characters of each document shown to the oracle.")

@@ -189,3 +189,12 @@ def test_a_large_buffer_is_sent_as_batches_under_the_point_limit(tracker, monkey
     run.finish()
     assert sum(sizes) == 5_000 and max(sizes) <= 1_000 and len(sizes) >= 5
     assert _points(tracker, run.id, "a")["total"] == 2_500 and _points(tracker, run.id, "b")["total"] == 2_500
+
+
+def test_event_data_may_use_the_names_kind_and_message(tracker):
+    run = _init(tracker)
+    run.event("router_health", "expert 3 dead", step=7, layer=2, kind="dead_expert", message="extra")
+    run.finish()
+    e = httpx.get(f"{tracker.url}/api/runs/{run.id}/events").json()[0]
+    assert e["kind"] == "router_health" and e["message"] == "expert 3 dead" and e["step"] == 7
+    assert e["data"] == {"layer": 2, "kind": "dead_expert", "message": "extra"}

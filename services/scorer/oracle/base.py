@@ -16,6 +16,7 @@ class OracleRequest:
     schema: dict
     text: str
     kind: str
+    regex: str = ""
 
 
 class Oracle(ABC):

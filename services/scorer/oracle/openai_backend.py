@@ -3,7 +3,10 @@
 Bounded concurrency (an asyncio semaphore of `scorer.oracle.concurrency`), a per-request timeout,
 and retries with exponential backoff on transport errors, timeouts, 429 and 5xx. The rubric's
 JSON schema is sent as `response_format={"type": "json_schema", ...}`, which vLLM's server turns
-into grammar-constrained decoding. A request that still fails after all retries comes back as an
+into grammar-constrained decoding. `constraint="vllm_regex"` sends vLLM's own
+`structured_outputs.regex` built from the rubric instead (exact compact JSON: a weak model cannot
+pad it with whitespace until max_tokens, which a random test model does under the JSON schema);
+`extra_body` adds any other server-specific fields. A request that still fails after all retries comes back as an
 `<error> ...` answer so the labeller records it as a failure with the reason.
 """
 
@@ -34,6 +37,9 @@ class OpenAIOracle(Oracle):
         backoff_s: float = 1.0,
         max_tokens: int = 512,
         temperature: float = 0.0,
+        extra_body: dict | None = None,
+        constraint: str = "json_schema",
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__()
         self.base_url = base_url.rstrip("/")
@@ -45,6 +51,11 @@ class OpenAIOracle(Oracle):
         self.backoff_s = backoff_s
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.extra_body = extra_body or {}
+        if constraint not in ("json_schema", "vllm_regex"):
+            raise ValueError(f"constraint={constraint!r}; expected json_schema or vllm_regex")
+        self.constraint = constraint
+        self.transport = transport
         self.requests_sent = 0
         self.max_in_flight = 0
 
@@ -60,6 +71,7 @@ class OpenAIOracle(Oracle):
             backoff_s=cfg.backoff_s,
             max_tokens=cfg.max_tokens,
             temperature=cfg.temperature,
+            constraint=cfg.constraint,
         )
 
     def _answer(self, requests: list[OracleRequest]) -> list[str]:
@@ -70,7 +82,8 @@ class OpenAIOracle(Oracle):
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         in_flight = 0
 
-        async with httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout_s) as client:
+        async with httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout_s,
+                                     transport=self.transport) as client:
 
             async def one(req: OracleRequest) -> str:
                 nonlocal in_flight
@@ -91,7 +104,11 @@ class OpenAIOracle(Oracle):
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "response_format": {"type": "json_schema", "json_schema": {"name": "scores", "schema": req.schema}},
+            **self.extra_body,
         }
+        if self.constraint == "vllm_regex":  # vLLM's native regex constraint: exact compact answers
+            body.pop("response_format")
+            body["structured_outputs"] = {"regex": req.regex}
         last = "no attempt made"
         for attempt in range(self.max_retries + 1):
             if attempt:

@@ -3,7 +3,7 @@
 "use strict";
 
 const TRAINING = ["loss", "train/loss", "eval/loss", "eval_loss", "lr", "tokens_per_s", "mfu"];
-const BAD_EVENTS = new Set(["router_health", "warning", "error"]);
+const BAD_EVENTS = new Set(["router_health", "warning", "error", "bad_step"]);
 
 function groupOf(key) {
   if (key.startsWith("router/")) return "router";
@@ -86,7 +86,29 @@ function orderKeys(keys) {
 
   async function loadSeries(key) {
     seriesCache[key] = await api(`/api/runs/${encodeURIComponent(runId)}/series`, { key, points: 2000 });
-    draw(key);
+    if (!layerOf(key)) draw(key);
+  }
+
+  // Per-layer keys (`router/maxvio/layer3`) share one chart per prefix, one line per layer.
+  const groups = new Map();
+  function layerOf(key) {
+    const m = key.match(/^(.+)\/layer(\d+)$/);
+    return m ? { prefix: m[1], layer: +m[2] } : null;
+  }
+  function drawGroup(prefix) {
+    const id = "layers:" + prefix;
+    const holder = document.getElementById("card-" + id).querySelector(".plot");
+    holder.replaceChildren();
+    if (T.charts[id]) { T.charts[id].destroy(); delete T.charts[id]; }
+    const keys = groups.get(prefix).filter((k) => seriesCache[k]);
+    lineChart(holder, id, state.xAxis === "step" ? "step" : "seconds", keys.map((k) => {
+      const s = seriesCache[k];
+      return { label: "layer " + layerOf(k).layer, xs: xOf(s.steps, s.walls), ys: smooth(s.values, state.smoothing) };
+    }), { events: eventMarks, legend: true, chartId: id });
+  }
+  function redrawAll() {
+    Object.keys(seriesCache).filter((k) => !layerOf(k)).forEach(draw);
+    [...groups.keys()].forEach(drawGroup);
   }
 
   function ensureCard(section, key) {
@@ -120,12 +142,23 @@ function orderKeys(keys) {
     const scalarKeys = orderKeys(keys.scalars.map((s) => s.key));
     const loads = [];
     for (const key of scalarKeys) {
-      ensureCard(groupOf(key), key);
+      const lk = layerOf(key);
+      if (lk) {
+        if (!groups.has(lk.prefix)) groups.set(lk.prefix, []);
+        const g = groups.get(lk.prefix);
+        if (!g.includes(key)) { g.push(key); g.sort((a, b) => layerOf(a).layer - layerOf(b).layer); }
+        if (ensureCard(groupOf(key), "layers:" + lk.prefix)) {
+          document.getElementById("card-layers:" + lk.prefix).querySelector("h3").textContent = `${lk.prefix} (per layer)`;
+        }
+      } else {
+        ensureCard(groupOf(key), key);
+      }
       const known = seriesCache[key];
       const info = keys.scalars.find((s) => s.key === key);
       if (!known || known.total !== info.points) loads.push(loadSeries(key));
     }
     await Promise.all(loads);
+    [...groups.keys()].forEach(drawGroup);
     for (const h of keys.histograms) await loadHeatmap(h);
     for (const [id, sec] of Object.entries(sections)) {
       headings[id].hidden = sec.children.length === 0;
@@ -194,11 +227,11 @@ function orderKeys(keys) {
     headings.artifacts.hidden = artifactsTable.hidden = list.length === 0;
   }
 
-  xSel.addEventListener("change", () => { state.xAxis = xSel.value; Object.keys(seriesCache).forEach(draw); });
+  xSel.addEventListener("change", () => { state.xAxis = xSel.value; redrawAll(); });
   smoothIn.addEventListener("input", () => {
     state.smoothing = +smoothIn.value;
     smoothOut.textContent = `smoothing ${state.smoothing}`;
-    Object.keys(seriesCache).forEach(draw);
+    redrawAll();
   });
   liveBox.addEventListener("change", () => { state.live = liveBox.checked; });
 

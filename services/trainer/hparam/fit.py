@@ -2,8 +2,9 @@
 
 1. Optimal LR of one sweep: loss is close to a parabola in log(lr) near its minimum (the shape
    the LR-sensitivity studies report, e.g. Wortsman et al. 2023, arXiv:2309.14322), so we fit
-   `loss = c0 + c1·x + c2·x²` with x = ln(lr) over the best grid point and its neighbours and take
-   x* = −c1 / (2·c2). A best point at the edge of the grid or a fit with no curvature cannot locate
+   `loss = c0 + c1·x + c2·x²` with x = ln(lr) over the best grid point and its neighbours (one on
+   each side by default: parabolic interpolation, which follows a sharp minimum better than a
+   least-squares fit over a wider window; pass more for noisy sweeps) and take x* = −c1 / (2·c2). A best point at the edge of the grid or a fit with no curvature cannot locate
    a minimum: the result says so (`bracketed=False`) and falls back to the best grid point.
 2. Token-horizon law: ln(lr*) = a + b·ln(tokens) by ordinary least squares (the linear regression a
    155B-total/17B-active MoE used to extrapolate its optimal LR from small proxies to 10T tokens,
@@ -35,7 +36,7 @@ class ParabolaOptimum:
         return asdict(self)
 
 
-def parabola_optimum(lrs: Sequence[float], losses: Sequence[float], neighbours: int = 2) -> ParabolaOptimum:
+def parabola_optimum(lrs: Sequence[float], losses: Sequence[float], neighbours: int = 1) -> ParabolaOptimum:
     """Fit a parabola in ln(lr) to the best point and up to `neighbours` grid points on each side.
 
     Non-finite losses (diverged runs) are dropped first; at least three finite points are needed.

@@ -40,7 +40,8 @@ def plot_coord_check(records: Sequence[CoordRecord], path: str | os.PathLike) ->
     panels = sorted({p for p in panels if any(r.metric == p for r in records)}, key=metric_order)
     modes = sorted({r.mup for r in records}, reverse=True)
     steps = sorted({r.step for r in records})
-    fig, axes = plt.subplots(len(modes), len(panels), figsize=(3.2 * len(panels), 2.8 * len(modes)), squeeze=False)
+    fig, axes = plt.subplots(len(modes), len(panels), figsize=(3.2 * len(panels), 2.9 * len(modes)), squeeze=False,
+                             sharey="col", layout="constrained")  # one y-scale per column: flat vs growing at a glance
     cmap = plt.get_cmap("viridis")
     for i, mup in enumerate(modes):
         for j, metric in enumerate(panels):
@@ -65,7 +66,7 @@ def plot_sweep(results: Sequence[TrialResult], path: str | os.PathLike) -> Path:
     plt = _plt()
     optima = optimal_lrs(results)
     panels = sorted({(r.tokens, r.mup) for r in results}, key=lambda k: (k[0], not k[1]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, layout="constrained")
     cmap = plt.get_cmap("plasma")
     widths = sorted({r.width for r in results})
     for ax, (tokens, mup) in zip(axes[0], panels, strict=True):
@@ -93,7 +94,7 @@ def plot_law(law: LawResult, target_tokens: float, path: str | os.PathLike, leve
 
     plt = _plt()
     f = law.fit
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
     ax.scatter([t for t, _ in law.points], [o.lr for _, o in law.points], zorder=3, label="proxy optima (parabola)")
     if law.excluded:
         ax.scatter([t for t, _ in law.excluded], [o.best_grid_lr for _, o in law.excluded], marker="x", color="gray",

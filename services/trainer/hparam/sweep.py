@@ -31,6 +31,9 @@ from shared.config.loader import validate
 log = logging.getLogger(__name__)
 
 TrainFn = Callable[[ExperimentConfig], dict[str, Any]]
+# The sections that decide a trial's loss; the others (tracker, cluster, scorer, data filter) do not,
+# so a new default there never invalidates finished trials.
+KEYED_SECTIONS = ("model", "optim", "train", "mixture")
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,11 @@ class TrialResult:
 
 
 def trial_config(cfg: ExperimentConfig, trial: Trial, results_dir: str | os.PathLike) -> tuple[str, ExperimentConfig]:
-    """(key, config) of one trial; the key hashes everything but where the run writes."""
+    """(key, config) of one trial; the key hashes the sections that shape training, not where it writes."""
     tcfg = proxy_config(cfg, width=trial.width, mup=trial.mup, lr=trial.lr, tokens=trial.tokens)
     data = tcfg.model_dump(mode="json")
     data["train"].update(run_name=None, out_dir="")
-    key = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps({k: data[k] for k in KEYED_SECTIONS}, sort_keys=True).encode()).hexdigest()[:16]
     data["train"].update(run_name=f"trial-{key}", out_dir=str(Path(results_dir).resolve() / "runs"),
                          checkpoint_every=tcfg.train.steps, keep_last=1)
     # Proxies are ranked by loss alone, so router-health warnings are switched off (windows longer

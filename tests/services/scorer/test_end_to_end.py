@@ -15,7 +15,7 @@ from services.scorer.sample_docs import python_docs
 
 @pytest.mark.slow  # MiniLM features for 400 documents and two heads per rubric: minutes on 2 cores
 def test_label_train_calibrate_score_and_judge_beats_probe_beats_length(ray_local, tmp_path):
-    docs = python_docs(200, 200, seed=0)
+    docs = python_docs(200, 200, seed=0, max_chars=400)  # the backbone sees what the oracle rated
     inp = tmp_path / "filtered"
     inp.mkdir()
     for s in range(2):
@@ -31,7 +31,7 @@ def test_label_train_calibrate_score_and_judge_beats_probe_beats_length(ray_loca
         "data: {inputs: [{name: pydoc, kind: web, paths: [x]}, {name: stdlib, kind: code, paths: [x]}]}\n"
         f"scorer:\n  out_dir: {tmp_path / 'out'}\n  inputs: ['{inp}/*.parquet']\n"
         "  oracle: {sample_size: 400}\n"
-        "  heads: {max_tokens: 64, judge_dim: 64, judge_heads: 4, max_epochs: 40, patience: 6}\n"
+        "  heads: {max_tokens: 128, judge_dim: 64, judge_heads: 4, max_epochs: 40, patience: 6}\n"
     )
     runner = CliRunner()
     for stage in ("label", "train", "calibrate", "run"):

@@ -39,6 +39,7 @@ def _populate(url: str, token: str, spool: Path) -> dict[str, str]:
                 for layer in range(2):
                     counts = [100 + (e * 37 * (layer + 1) + step) % 90 for e in range(8)]
                     run.log_histogram(f"router/load/layer{layer}", counts, step=step)
+                    run.log({f"router/maxvio/layer{layer}": max(counts) / (sum(counts) / 8) - 1}, step=step)
         run.event("router_health", "expert 3 dead for 100 steps", step=100, layer=1, expert=3)
         run.log_funnel({"raw": 10000, "language": 7400, "repetition": 6100, "dedup": 5100}, name="documents")
         run.log_calibration([i / 25 for i in range(100)], [i / 25 * 0.9 for i in range(100)], name="helpfulness")
@@ -109,6 +110,8 @@ def test_run_page_draws_the_loss_chart_and_expert_heatmap(live, page):
     assert inked > 500
     for key in ("lr", "tokens_per_s", "mfu", "eval/loss", "router/maxvio", "router/dead_experts"):
         assert page.evaluate(f"!!window.__tracker.charts['{key}']"), key
+    # per-layer keys share one chart per prefix: x + one line per layer
+    assert page.evaluate("window.__tracker.charts['layers:router/maxvio'].series.length") == 3
     cells = page.locator("canvas.heatmap[data-key='router/load/layer1']").get_attribute("data-cells")
     assert int(cells) == 30 * 8
     assert page.locator("#funnels .funnel-row").count() == 4

@@ -12,6 +12,15 @@ from shared.model import MoETransformer, summarize
 from shared.model.mup import param_kind
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from threads, and on a shared 2-core box threads only wait on each other."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _tiny(**overrides) -> ModelConfig:
     return load_config("configs/tiny.yaml", [f"model.{k}={v}" for k, v in overrides.items()]).model
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[4]
 SMALL = ["model.n_layers=2", "train.seq_len=64", "model.max_seq_len=64", "train.micro_batch_size=8",
          "train.eval_batches=4", "train.eval_every=100000", "tracker.mode=disabled", "train.device=cpu",
          "optim.warmup_steps=20", "train.steps=200"]
-LRS = "1e-3,3e-3,1e-2,3e-2,1e-1"
+LRS = "1e-2,3e-2,1e-1,3e-1,1"
 
 
 def _invoke(args: list[str]) -> str:
@@ -51,7 +51,9 @@ def test_cpu_example_produces_coord_plot_sweep_table_and_fitted_law(tmp_path, ra
     law = _invoke(["lr-predict", recipe, *SMALL, "--width", "32",
                    "--tokens", "6144,12288,24576", "--lrs", LRS, "--target", "1e9", "--pydoc-corpus",
                    "--out", str(out / "proxies")])
-    assert "5 reused" in law or "R²" in law
+    assert "R² =" in law and "predicted lr* at 1,000,000,000 tokens" in law
+    # the 6144-token budget at width 32 (muP) reused the sweep's 5 trials: 20 + 15 − 5 result files
+    assert len(list((out / "proxies" / "trials").glob("*.json"))) == 30
     fit = json.loads((out / "proxies" / "law.json").read_text())
     assert fit["n"] >= 2 and 0.0 <= fit["r2"] <= 1.0 and math.isfinite(fit["b"])
     assert fit["interval"][0] <= fit["predicted_lr"] <= fit["interval"][1] or fit["n"] == 2

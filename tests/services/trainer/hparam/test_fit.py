@@ -27,9 +27,10 @@ def test_parabola_with_noise_and_a_diverged_point_stays_close():
     lrs = list(np.geomspace(1e-4, 1e-1, 10))
     losses = [2.0 + 0.3 * (math.log(lr / true_lr)) ** 2 + rng.normal(0, 0.005) for lr in lrs]
     losses[-1] = math.inf  # the largest LR diverged
-    opt = parabola_optimum(lrs, losses)
-    assert opt.bracketed
-    assert abs(math.log(opt.lr / true_lr)) < 0.15
+    for neighbours in (1, 2, 3):  # 3 points through the best one, or least squares over 5 and 7
+        opt = parabola_optimum(lrs, losses, neighbours=neighbours)
+        assert opt.bracketed and opt.points_used == 2 * neighbours + 1
+        assert abs(math.log(opt.lr / true_lr)) < 0.15
 
 
 def test_parabola_at_grid_edge_is_not_bracketed():

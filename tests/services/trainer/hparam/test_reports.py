@@ -1,0 +1,49 @@
+"""Reading studies back: growth exponents of a coordinate check and the law's handling of edge optima."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from services.trainer.hparam.coord_check import CoordRecord, coord_table, growth_exponents
+from services.trainer.hparam.lr_law import fit_lr_law, law_report
+from services.trainer.hparam.sweep import TrialResult
+
+
+def test_growth_exponent_is_the_log_log_slope_over_width():
+    records = [CoordRecord(mup, w, 3, "update/layer0", (1.0 if mup else 0.01 * w)) for mup in (True, False)
+               for w in (32, 64, 128)]
+    slopes = growth_exponents(records)
+    assert slopes[(True, "update/layer0")] == pytest.approx(0.0, abs=1e-12)
+    assert slopes[(False, "update/layer0")] == pytest.approx(1.0)
+    table = coord_table(records)
+    assert "| SP | update/layer0 | 0.32 | 0.64 | 1.28 | +1.00 |" in table
+
+
+def _results(optimum_for_tokens, lrs, budgets):
+    out = []
+    for t in budgets:
+        for lr in lrs:
+            loss = 3.0 + 0.3 * math.log(lr / optimum_for_tokens(t)) ** 2
+            out.append(TrialResult(f"{t}-{lr}", 32, True, lr, t, 10, loss, loss, loss, False))
+    return out
+
+
+def test_law_fits_bracketed_budgets_and_reports_edge_ones():
+    lrs = [1e-3 * 2**k for k in range(8)]  # 1e-3 .. 0.128
+    law_opt = lambda t: math.exp(2.0 - 0.5 * math.log(t))  # noqa: E731
+    results = _results(law_opt, lrs, [4e4, 1.6e5, 6.4e5, 2.56e6])  # the first budget's optimum (0.037)…
+    results += _results(lambda t: 1.0, lrs, [1e4])  # …and one whose optimum lies beyond the grid
+    law = fit_lr_law(results, width=32, mup=True)
+    assert [t for t, _ in law.excluded] == [1e4]
+    assert law.fit.b == pytest.approx(-0.5, abs=1e-6) and law.fit.r2 == pytest.approx(1.0)
+    report = law_report(law, 1e9)
+    assert "R² = 1.000" in report and "excluded" in report and f"{law_opt(1e9):.4g}" in report
+
+
+def test_law_needs_two_located_optima():
+    lrs = [1e-3, 2e-3, 4e-3]
+    results = _results(lambda t: 1.0, lrs, [1e4, 2e4])
+    with pytest.raises(ValueError, match="Widen --lrs"):
+        fit_lr_law(results, width=32, mup=True)
