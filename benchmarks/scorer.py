@@ -85,7 +85,8 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     actors = {}
     for pool in (1, 2):
-        cfg.scorer.scoring.actors_min = cfg.scorer.scoring.actors_max = pool
+        cfg.scorer.scoring.actors_max = pool  # max first: the validator checks min <= max on assignment
+        cfg.scorer.scoring.actors_min = pool
         cfg.scorer.out_dir = str(tmp / "out")
         for f in (tmp / "out" / "scores").glob("*.parquet") if (tmp / "out" / "scores").exists() else []:
             f.unlink()
