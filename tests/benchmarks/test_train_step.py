@@ -27,5 +27,6 @@ def test_train_step_quick_prints_ratios() -> None:
     assert result["hf_fastest"] == max((k for k in tps if k.startswith("hf[")), key=tps.get)
     assert result["ratio"] == pytest.approx(tps["ours"] / tps[result["hf_fastest"]])
     assert result["ratio_torchtitan"] == pytest.approx(tps["ours"] / tps["torchtitan"])
+    assert result["ratio_fastest_step"] > 0 and result["ratio_torchtitan_fastest_step"] > 0
     counts = result["params"]
     assert all(abs(n - counts["ours"]) <= 0.01 * counts["ours"] for n in counts.values())
