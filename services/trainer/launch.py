@@ -8,6 +8,7 @@ runs. Under Ray, Ray Train creates the process group; the plain path runs one pr
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -42,7 +43,17 @@ def _ray_worker(config: dict[str, Any]) -> None:
         raise RuntimeError("Ray Train did not initialise the torch process group")
     device = _device_for(cfg, ctx.get_local_rank())
     result = train_worker(cfg, WorkerContext(rank, world, device), resume=config["resume"])
-    ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float | str | None)})
+    metrics = {k: v for k, v in result.items() if isinstance(v, int | float | str | None)}
+    # Train V2 keeps only metrics attached to a checkpoint: rank 0 attaches a tiny one (the model
+    # checkpoints themselves are ours, written with DCP under the run directory).
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            Path(tmp, "result.json").write_text(json.dumps(metrics))
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=checkpoint)
 
 
 def run_ray(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:

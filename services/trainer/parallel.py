@@ -46,8 +46,7 @@ class ExpertParallelExperts(nn.Module):
         self.w3_EFD = nn.Parameter(full.w3_EFD.detach()[lo:hi].clone())
         self.w2_EDF = nn.Parameter(full.w2_EDF.detach()[lo:hi].clone())
         self.backend = full.backend
-        if getattr(full, "precision_recipe", None) is not None:
-            raise ValueError("expert parallelism with low-precision experts is not supported yet; use ep_size=1")
+        self.gmm = full.gmm  # the grouped GEMM (a low-precision wrapper when model.moe.precision says so)
 
     def _exchange_counts(self, counts_E: Tensor) -> Tensor:
         """counts_RL[s, l]: rows rank s sends to my local expert l."""
@@ -70,7 +69,7 @@ class ExpertParallelExperts(nn.Module):
         src, local = block_of_row // self.n_local, block_of_row % self.n_local
         order = torch.argsort(local * self.ep_size + src, stable=True)
         y_sorted = expert_swiglu(x_recv.index_select(0, order), self.w1_EFD, self.w3_EFD, self.w2_EDF,
-                                 recv_RL.sum(0), self.backend)
+                                 recv_RL.sum(0), self.backend, self.gmm)
         y_recv = torch.empty_like(y_sorted).index_copy(0, order, y_sorted)
         y_AD = all_to_all_single_autograd(y_recv, send_splits, recv_splits, self.group)
         return unpermute_combine(y_AD, routing, weights_TK), routing

@@ -25,6 +25,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim import Optimizer
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -48,6 +49,15 @@ def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-7, dtype: torch.dty
     if tall:
         x = x.transpose(-2, -1)
     return x.to(g.dtype)
+
+
+def _orthogonalize(update: Tensor, steps: int, dtype: torch.dtype) -> Tensor:
+    """Newton–Schulz of the whole matrix, also when FSDP2 shards it (a DTensor): orthogonalising
+    each shard alone would be wrong, so gather it, orthogonalise, and keep this rank's shard."""
+    if isinstance(update, DTensor):
+        full = newton_schulz(update.full_tensor(), steps, dtype=dtype)
+        return distribute_tensor(full, update.device_mesh, update.placements)
+    return newton_schulz(update, steps, dtype=dtype)
 
 
 def update_scale(shape: torch.Size, adjust_lr: str) -> float:
@@ -112,7 +122,7 @@ class Muon(Optimizer):
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - mom)
                 update = p.grad.lerp(buf, mom) if group["nesterov"] else buf
-                ortho = newton_schulz(update, group["ns_steps"], dtype=self._ns_dtype(group["ns_dtype"], p.device))
+                ortho = _orthogonalize(update, group["ns_steps"], self._ns_dtype(group["ns_dtype"], p.device))
                 p.mul_(1 - lr * wd)
                 p.add_(ortho.to(p.dtype), alpha=-lr * update_scale(p.shape, group["adjust_lr"]))
         return loss

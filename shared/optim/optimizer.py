@@ -14,12 +14,19 @@ from collections.abc import Mapping
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from shared.config.optim import OptimConfig
 from shared.optim.groups import GroupSpec, build_groups
 from shared.optim.muon import Muon
 from shared.optim.schedule import lr_factor
 from shared.precision.formats import BF16, round_to_format
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor, gathered when FSDP2 shards it (a DTensor), for norms and update RMS.
+    Expert-parallel shards are plain tensors: their statistics are this rank's experts."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 class MultiOptimizer:
@@ -77,7 +84,7 @@ class MultiOptimizer:
         self._set_lr()
         stats: dict[str, float] = {"lr": self.current_lr()}
         params = [p for pg in self.param_groups for p in pg["params"] if p.grad is not None]
-        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params])) if params else None
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(_full(p.grad).float()) for p in params])) if params else None
         if total is not None:
             stats["grad_norm"] = float(total)
             if self.cfg.grad_clip is not None:
@@ -85,7 +92,7 @@ class MultiOptimizer:
         before = {}
         if self.cfg.log_stats:
             for pg in self.param_groups:
-                grads = [p.grad.float() for p in pg["params"] if p.grad is not None]
+                grads = [_full(p.grad).float() for p in pg["params"] if p.grad is not None]
                 if grads:
                     stats[f"grad_norm/{pg['label']}"] = float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads])))
                 before[pg["label"]] = [p.detach().clone() for p in pg["params"]]
@@ -97,7 +104,8 @@ class MultiOptimizer:
                     p.copy_(round_to_format(p, BF16, stochastic=True).to(p.dtype))
         for pg in self.param_groups:
             if pg["label"] in before:
-                diff = torch.cat([(p - b).float().reshape(-1) for p, b in zip(pg["params"], before[pg["label"]], strict=True)])
+                diff = torch.cat([(_full(p) - _full(b)).float().reshape(-1)
+                                  for p, b in zip(pg["params"], before[pg["label"]], strict=True)])
                 stats[f"update_rms/{pg['label']}"] = float(diff.pow(2).mean().sqrt())
         self.step_count += 1
         return stats
