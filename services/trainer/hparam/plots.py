@@ -40,6 +40,8 @@ def plot_coord_check(records: Sequence[CoordRecord], path: str | os.PathLike) ->
     panels = sorted({p for p in panels if any(r.metric == p for r in records)}, key=metric_order)
     modes = sorted({r.mup for r in records}, reverse=True)
     steps = sorted({r.step for r in records})
+    if len(steps) > 6:  # a readable legend: six steps spread over the run, the last included
+        steps = sorted({steps[round(i * (len(steps) - 1) / 5)] for i in range(6)})
     fig, axes = plt.subplots(len(modes), len(panels), figsize=(3.2 * len(panels), 2.9 * len(modes)), squeeze=False,
                              sharey="col", layout="constrained")  # one y-scale per column: flat vs growing at a glance
     cmap = plt.get_cmap("viridis")

@@ -133,8 +133,13 @@ def _run_with_tune(pending: dict[str, tuple[Trial, ExperimentConfig]], results_d
         ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
     payload = {k: (t.__dict__, c.model_dump(mode="json")) for k, (t, c) in pending.items()}
     out = str(results_dir.resolve())
+    cwd = os.getcwd()
 
     def trainable(config: dict) -> None:
+        # Tune starts each function trial in its own working directory; relative paths in the recipe
+        # (data/demo/…, runs/…, the tracker spool) mean the launching directory, so go back to it.
+        if os.path.isdir(cwd):
+            os.chdir(cwd)
         trial, cfg_json = payload[config["key"]]
         result = run_trial(cfg_json, config["key"], trial, out, train_fn)
         tune.report({"loss": result.loss, "diverged": result.diverged})

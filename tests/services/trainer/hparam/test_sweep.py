@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ def counting_train(cfg):
     counter.parent.mkdir(parents=True, exist_ok=True)
     with counter.open("a") as f:
         f.write(cfg.train.run_name + "\n")
+    (counter.parent / "cwd.txt").write_text(os.getcwd())
     width, lr = cfg.model.d_model, cfg.optim.lr
     best = 4e-3 if cfg.model.mup.enabled else 4e-3 * 64 / width
     if lr > 50 * best:
@@ -71,6 +73,7 @@ def test_tune_sweep_resumes_without_retraining_finished_trials(tmp_path, ray_loc
     assert len(trained) == 4 and len(set(trained)) == 4  # 2 new trainings, none repeated
     assert sorted(second.trained) == sorted(r.key for r in second.results if r not in first.results)
     assert {r.key: r.loss for r in first.results}.items() <= {r.key: r.loss for r in second.results}.items()
+    assert (tmp_path / "runs" / "cwd.txt").read_text() == os.getcwd()  # relative recipe paths mean the same dir
 
 
 def test_partial_sweep_resumes_without_retraining_finished_trials(tmp_path):
