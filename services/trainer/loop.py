@@ -25,11 +25,7 @@ from services.trainer.checkpoint import CheckpointManager
 from services.trainer.data import eval_loader, prepare_shards, train_loader, with_parquet_documents
 from services.trainer.health import RouterHealthMonitor
 from services.trainer.metrics import Throughput, memory_gib, mfu
-from services.trainer.parallel import (
-    finish_gradients,
-    parallelize,
-    sync_router_loads,
-)
+from services.trainer.parallel import apply_block_options, finish_gradients, parallelize, sync_router_loads
 from shared import tracking
 from shared.config import ExperimentConfig, save_resolved
 from shared.hardware import measured_peak_flops
@@ -116,7 +112,9 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
 
     model = MoETransformer(cfg.model).to(ctx.device)
     counts = count_params(cfg.model)
+    model = apply_block_options(model, tc)
     model = parallelize(model, tc, ctx.rank, ctx.world_size)
+    autocast = torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=tc.dtype == "bfloat16")
     optimizer = build_optimizer(model, cfg.optim, tc.steps, master_weights=cfg.model.moe.precision.master_weights)
 
     if is_main:
@@ -157,7 +155,8 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
         loss_sum, load_sum, layers, aux_sum = 0.0, {}, {}, 0.0
         for _ in range(tc.grad_accum):
             batch = next(loader)
-            logits, aux = model(batch.inputs_BT.to(ctx.device))
+            with autocast:
+                logits, aux = model(batch.inputs_BT.to(ctx.device))
             loss = lm_loss(logits, batch.targets_BT.to(ctx.device))
             if step in tc.fault_inject_nan_steps:
                 loss = loss * float("nan")

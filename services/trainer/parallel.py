@@ -108,6 +108,22 @@ def parallelize(model: nn.Module, tc: TrainConfig, rank: int, world: int) -> nn.
     return model
 
 
+def apply_block_options(model: nn.Module, tc: TrainConfig) -> nn.Module:
+    """Activation checkpointing and torch.compile, applied per transformer block from outside the
+    model (torchtitan's order: checkpoint the block, then compile it). A recomputed MoE forward
+    adds its loads to the bias-update accumulator a second time; the update uses only the sign of
+    (mean − load), which doubling every load leaves unchanged."""
+    if tc.activation_checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+        for i, block in enumerate(model.layers):
+            model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=True)
+    if tc.compile:
+        for block in model.layers:
+            block.compile()
+    return model
+
+
 def expert_params(model: nn.Module) -> list[nn.Parameter]:
     return [p for layer in model.moe_layers() if isinstance(layer.experts, ExpertParallelExperts)
             for p in layer.experts.parameters()]

@@ -31,8 +31,10 @@ class TrainConfig(Section):
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Autocast dtype for the forward (bfloat16 on GPU; CPUs here have no hardware bf16)."
     )
-    compile: bool = Field(False, description="Wrap the model in torch.compile.")
-    activation_checkpointing: bool = Field(False, description="Recompute each block's activations in backward.")
+    compile: bool = Field(False, description="Compile each transformer block with torch.compile.")
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute)."
+    )
     out_dir: str = Field("runs", description="Directory under which each run writes its config, checkpoints and logs.")
     run_name: str | None = Field(None, description="Run directory name under out_dir; None = the experiment name.")
     log_every: int = Field(1, ge=1, description="Steps between scalar metric reports.")
@@ -50,7 +52,6 @@ class TrainConfig(Section):
     workers: int = Field(1, ge=1, description="Training processes (Ray Train workers).")
     ep_size: int = Field(1, ge=1, description="Expert-parallel group size: routed experts are sharded over it.")
     dp_size: int = Field(1, ge=1, description="Data-parallel degree for dense/attention parameters (FSDP2).")
-    ep_overlap: bool = Field(False, description="Split each micro-batch in two halves to overlap expert all-to-all.")
     router_health: RouterHealthConfig = Field(default_factory=RouterHealthConfig, description="Router-health warnings.")
 
     @model_validator(mode="after")

@@ -146,9 +146,9 @@ def expert_swiglu(
     of the weights, small next to the GEMMs. `gmm` is the grouped GEMM to use (same signature as
     `grouped_mm`), the seam precision code wraps.
     """
-    F_ = w1_EFD.shape[1]
     h13_A2F = gmm(x_AD, torch.cat([w1_EFD, w3_EFD], dim=1), counts_E, backend)
-    h_AF = F.silu(h13_A2F[:, :F_]) * h13_A2F[:, F_:]
+    h1_AF, h3_AF = h13_A2F.chunk(2, dim=-1)  # chunk's backward concatenates; slicing would zero-fill
+    h_AF = F.silu(h1_AF) * h3_AF
     if scale_A is not None:
         h_AF = h_AF * scale_A.to(h_AF.dtype)[:, None]
     return gmm(h_AF, w2_EDF, counts_E, backend)

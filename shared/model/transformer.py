@@ -67,7 +67,9 @@ class MoETransformer(nn.Module):
                 layer_stats[i] = stats
         h_BTD = self.norm(x_BTD)
         head_VD = self.tok_embeddings.weight if self.lm_head is None else self.lm_head.weight
-        logits_BTV = torch.nn.functional.linear(h_BTD, head_VD.to(h_BTD.dtype)) * self.logit_mult
+        # the muP output multiplier on the D-wide hidden state, not the V-wide logits: same product,
+        # a vocab/width times cheaper elementwise pass (and its backward)
+        logits_BTV = torch.nn.functional.linear(h_BTD * self.logit_mult, head_VD.to(h_BTD.dtype))
         return logits_BTV, {"layers": layer_stats, "aux_loss": aux_loss}
 
     def moe_layers(self) -> list[MoELayer]:

@@ -62,3 +62,43 @@ def test_actor_pool_spans_both_nodes_and_survives_losing_node2(ray_two_nodes, tm
     rows = json.loads(out.read_text())
     assert sorted(rows["ids"]) == list(range(ROWS)), "a row was lost or produced twice"
     assert set(rows["nodes"]) <= {nodes["head"], nodes["node2"]}
+
+
+SCORING_DRIVER = Path(__file__).with_name("scoring_driver.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_scoring_stage_spans_both_nodes_and_scores_every_document_once_after_losing_node2(ray_two_nodes, tmp_path):
+    import pyarrow.parquet as pq
+
+    from services.scorer.scoring import shard_output_name
+
+    nodes = ray_two_nodes.node_ids()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    env = {**ray_two_nodes.env, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    driver = subprocess.Popen([sys.executable, str(SCORING_DRIVER), ray_two_nodes.address, str(tmp_path), str(markers)],
+                              env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = False
+    deadline = time.monotonic() + 330
+    while driver.poll() is None and time.monotonic() < deadline:
+        done = _batches_per_actor(markers)
+        if not killed and sum(n for name, n in done.items() if name.startswith(nodes["node2"])) >= 2:
+            ray_two_nodes.node2.kill()
+            killed = True
+        time.sleep(0.1)
+    if driver.poll() is None:
+        driver.kill()
+    log = driver.communicate()[0]
+    assert driver.returncode == 0, log[-4000:]
+    assert killed, "no scorer actor ran on node2 before the stage ended"
+    actors = _batches_per_actor(markers)
+    assert {name.rsplit("-", 1)[0] for name in actors} == {nodes["head"], nodes["node2"]}, actors
+
+    result = json.loads((tmp_path / "report.json").read_text())
+    for path in result["inputs"]:
+        src = pq.read_table(path).column("id").to_pylist()
+        got = pq.read_table(tmp_path / "scorer" / "scores" / shard_output_name(path)).column("id").to_pylist()
+        assert sorted(got) == sorted(src), f"{path}: a document was lost or scored twice"

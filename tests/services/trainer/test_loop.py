@@ -63,3 +63,19 @@ def test_compare_baseline_trains_moe_and_dense_twin_on_the_same_data(tmp_path, d
     assert table["moe"]["total_params"] > table["dense"]["total_params"]
     assert abs(table["moe"]["active_params"] - table["dense"]["active_params"]) / table["moe"]["active_params"] < 0.02
     assert "eval/loss" in format_comparison(table)
+
+
+def test_activation_checkpointing_gives_the_same_run(tmp_path, doc_globs):
+    plain = run_local(tiny_cfg(tmp_path / "a", doc_globs, "train.steps=3", "train.eval_every=3"))
+    ac = run_local(tiny_cfg(tmp_path / "b", doc_globs, "train.steps=3", "train.eval_every=3",
+                            "train.activation_checkpointing=true"))
+    assert ac["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+    assert ac["eval/loss"] == pytest.approx(plain["eval/loss"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_train_to_the_same_loss(tmp_path, doc_globs):
+    plain = run_local(tiny_cfg(tmp_path / "a", doc_globs, "train.steps=2", "train.eval_every=2"))
+    compiled = run_local(tiny_cfg(tmp_path / "b", doc_globs, "train.steps=2", "train.eval_every=2",
+                                  "train.compile=true"))
+    assert compiled["loss"] == pytest.approx(plain["loss"], rel=1e-4)

@@ -1,0 +1,61 @@
+"""Driver for the 2-node scoring fault test: the scorer's real `run_scoring` stage on a 2-node Ray.
+
+Run as `python scoring_driver.py ADDRESS WORK_DIR MARKER_DIR`. It writes random Probe/Judge heads
+and a calibration (what the distill and calibrate stages would produce) and document shards into
+WORK_DIR, then runs `services.scorer.scoring.run_scoring` with a pool of two actors. The actor
+class is the scorer's own, subclassed only to leave a marker per batch (node id and pid) so the
+test sees where actors run and when to kill the second node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(address: str, work: str, markers: str) -> None:
+    import ray
+
+    from services.scorer import scoring
+    from shared.config import ExperimentConfig
+    from tests.services.scorer.test_scoring import _random_heads, _shards
+
+    work_dir = Path(work)
+    out = work_dir / "scorer"
+    out.mkdir(parents=True, exist_ok=True)
+    _random_heads(out)
+    paths = _shards(work_dir, n_shards=8, per_shard=10)
+
+    class MarkedScorerActor(scoring.ScorerActor):
+        def __call__(self, batch):
+            node = ray.get_runtime_context().get_node_id()
+            path = os.path.join(markers, f"{node}-{os.getpid()}")
+            with open(path, "a") as fh:
+                fh.write(f"{batch.num_rows}\n")
+            # no actor works alone: wait until both exist, so both nodes take part in the stage
+            deadline = time.monotonic() + 120
+            while len(os.listdir(markers)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.3)
+            return super().__call__(batch)
+
+    scoring.ScorerActor = MarkedScorerActor
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    cfg = ExperimentConfig()
+    cfg.scorer.out_dir = str(out)
+    cfg.scorer.scoring.batch_size = 5
+    cfg.scorer.scoring.actors_min = 2
+    cfg.scorer.scoring.actors_max = 2
+    cfg.scorer.scoring.actor_cpus = 0.5
+    report = scoring.run_scoring(cfg, paths, progress=False)
+    tmp = work_dir / "report.json.tmp"
+    tmp.write_text(json.dumps({"report": report, "inputs": paths}))
+    os.replace(tmp, work_dir / "report.json")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
