@@ -85,7 +85,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
         if not ray.is_initialized():
             ray.init(configure_logging=False, log_to_driver=False)
         kinds = {s.name: s.kind for s in cfg.data.inputs}
-        ds = ray.data.read_parquet(pending, include_paths=True)
+        ds = ray.data.read_parquet(pending, include_paths=True, ray_remote_args={"num_cpus": scfg.scoring.read_cpus})
         ds = ds.map_batches(
             ScorerActor,
             fn_constructor_kwargs={"out_dir": str(out), "scorer_cfg": scfg.model_dump(), "kinds": kinds,

@@ -73,6 +73,10 @@ class ScoringConfig(Section):
     actors_min: int = Field(1, ge=1, le=4096, description="Smallest scorer actor pool (each actor holds the backbone).")
     actors_max: int = Field(1, ge=1, le=4096, description="Largest scorer actor pool.")
     actor_cpus: float = Field(0.5, gt=0, le=64, description="CPUs per actor (fractional so Ray Data's readers keep a CPU).")
+    read_cpus: float = Field(
+        0.25, gt=0, le=64, description="CPUs per Parquet read task (fractional: on nodes whose CPUs the actors "
+        "hold, a 1-CPU read task would never be scheduled)."
+    )
     actor_gpus: float = Field(0.0, ge=0, le=8, description="GPUs per actor (0 on CPU; 1 on a GPU cluster).")
     batch_size: int = Field(64, ge=1, le=65536, description="Documents per Ray Data batch handed to an actor.")
     micro_batch: int = Field(16, ge=1, le=4096, description="Documents per backbone call inside an actor, grouped by length.")

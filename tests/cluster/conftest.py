@@ -145,7 +145,7 @@ def _wait_for_nodes(cluster: TwoNodeCluster, timeout: float) -> None:
 
 @pytest.fixture
 def ray_two_nodes():
-    """A head (1 CPU) and a second node (1 CPU, resource `node2`), joined at 127.0.0.1; stopped after."""
+    """A head (2 CPUs) and a second node (1 CPU, resource `node2`), joined at 127.0.0.1; stopped after."""
     gcs, client, agent1, agent2, mgr1, mgr2, obj1, obj2 = _free_ports(8)
     # Ray 2.60 turns token auth on for `ray start --head` when ~/.ray/auth_token exists; every node
     # and driver of this cluster shares its own token instead, whatever that file holds.
@@ -153,11 +153,13 @@ def ray_two_nodes():
     token_path = Path(token_dir) / "auth_token"
     token_path.write_text(secrets.token_hex(32))
     env = {**os.environ, **HEALTH_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
-    common = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024 * 1024), "--include-log-monitor", "false"]
+    # The head has 2 CPUs so Ray Data's 1-CPU file-listing and read tasks still find a CPU while
+    # actors (half a CPU each, spread over the nodes) hold part of both nodes; node2 has 1.
+    common = ["--object-store-memory", str(100 * 1024 * 1024), "--include-log-monitor", "false"]
     head = _start_node("head", ["--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
                                 "--ray-client-server-port", str(client), "--include-dashboard", "false",
                                 "--dashboard-agent-listen-port", str(agent1), "--node-manager-port", str(mgr1),
-                                "--object-manager-port", str(obj1), *common], env)
+                                "--object-manager-port", str(obj1), "--num-cpus", "2", *common], env)
     node2 = None
     try:
         # The second node can only join once the head's GCS listens.
@@ -172,7 +174,7 @@ def ray_two_nodes():
         node2 = _start_node("node2", ["--address", f"127.0.0.1:{gcs}", "--node-ip-address", "127.0.0.1",
                                       "--resources", json.dumps({"node2": 1}), "--dashboard-agent-listen-port",
                                       str(agent2), "--node-manager-port", str(mgr2), "--object-manager-port",
-                                      str(obj2), *common], env)
+                                      str(obj2), "--num-cpus", "1", *common], env)
         cluster = TwoNodeCluster(f"127.0.0.1:{gcs}", head, node2, env)
         _wait_for_nodes(cluster, timeout=90)
         yield cluster

@@ -30,17 +30,23 @@ def main(address: str, work: str, markers: str) -> None:
     paths = _shards(work_dir, n_shards=8, per_shard=10)
 
     class MarkedScorerActor(scoring.ScorerActor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.marker = os.path.join(markers, f"{ray.get_runtime_context().get_node_id()}-{os.getpid()}")
+            open(self.marker, "a").close()
+            self.waited = False
+
         def __call__(self, batch):
-            node = ray.get_runtime_context().get_node_id()
-            path = os.path.join(markers, f"{node}-{os.getpid()}")
-            with open(path, "a") as fh:
-                fh.write(f"{batch.num_rows}\n")
-            # no actor works alone: wait until both exist, so both nodes take part in the stage
-            deadline = time.monotonic() + 120
-            while len(os.listdir(markers)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            if not self.waited:  # no actor works alone: both nodes must take part in the stage
+                deadline = time.monotonic() + 120
+                while len(os.listdir(markers)) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.waited = True
             time.sleep(0.3)
-            return super().__call__(batch)
+            out = super().__call__(batch)
+            with open(self.marker, "a") as fh:
+                fh.write(f"{batch.num_rows}\n")
+            return out
 
     scoring.ScorerActor = MarkedScorerActor
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
@@ -48,8 +54,8 @@ def main(address: str, work: str, markers: str) -> None:
     cfg = ExperimentConfig()
     cfg.scorer.out_dir = str(out)
     cfg.scorer.scoring.batch_size = 5
-    cfg.scorer.scoring.actors_min = 2
     cfg.scorer.scoring.actors_max = 2
+    cfg.scorer.scoring.actors_min = 2
     cfg.scorer.scoring.actor_cpus = 0.5
     report = scoring.run_scoring(cfg, paths, progress=False)
     tmp = work_dir / "report.json.tmp"

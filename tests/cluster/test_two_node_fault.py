@@ -9,6 +9,7 @@ whole process tree gets SIGKILL once its actor has finished a few batches.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -82,17 +83,17 @@ def test_scoring_stage_spans_both_nodes_and_scores_every_document_once_after_los
     driver = subprocess.Popen([sys.executable, str(SCORING_DRIVER), ray_two_nodes.address, str(tmp_path), str(markers)],
                               env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = False
-    deadline = time.monotonic() + 330
+    deadline = time.monotonic() + float(os.environ.get('MOELAB_TEST_DEADLINE', 330))
     while driver.poll() is None and time.monotonic() < deadline:
         done = _batches_per_actor(markers)
-        if not killed and sum(n for name, n in done.items() if name.startswith(nodes["node2"])) >= 2:
+        if not killed and sum(n for name, n in done.items() if name.startswith(nodes["node2"])) >= 1:
             ray_two_nodes.node2.kill()
             killed = True
         time.sleep(0.1)
     if driver.poll() is None:
         driver.kill()
     log = driver.communicate()[0]
-    assert driver.returncode == 0, log[-4000:]
+    assert driver.returncode == 0, f"markers: {_batches_per_actor(markers)}, killed: {killed}\n" + log[-4000:]
     assert killed, "no scorer actor ran on node2 before the stage ended"
     actors = _batches_per_actor(markers)
     assert {name.rsplit("-", 1)[0] for name in actors} == {nodes["head"], nodes["node2"]}, actors
