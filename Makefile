@@ -5,15 +5,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH_SPEC ?= torch==2.13.0
+# the benchmark peers (bench extra) are installed too: `slow` tests run every benchmark in quick mode
 PYTEST_FLAGS ?=
 
 .PHONY: install test test-fast test-gpu lint bench demo clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,bench]' --constraint constraints-cpu.txt
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,7 +41,6 @@ lint: install
 
 ## every benchmark in benchmarks/, each ending with one JSON line
 bench: install
-	$(PY) -m pip install -q -e '.[dev,bench]'
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 ## the main job on the embedded defaults

@@ -20,11 +20,25 @@ from pathlib import Path
 import typer
 
 RAY_DASHBOARD = "http://127.0.0.1:8265"
+RAY_TEMP = "/tmp/moelab-demo-ray"
 
 
 def _bin(name: str) -> str:
     local = Path(sys.executable).with_name(name)
     return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def ray_env() -> dict[str, str]:
+    """Token authentication with the demo's own token (Ray 2.60 turns token auth on by itself when
+    ~/.ray/auth_token exists; an explicit token makes the head and every client agree either way)."""
+    token = Path(RAY_TEMP) / "auth_token"
+    if not token.is_file():
+        import secrets
+
+        token.parent.mkdir(parents=True, exist_ok=True)
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
 
 
 def _http_ok(url: str) -> bool:
@@ -41,8 +55,11 @@ def ensure_ray(cpus: int) -> None:
         typer.echo(f"ray: using the running head at {RAY_DASHBOARD}")
         return
     typer.echo("ray: starting a local head (ray start --head)")
+    # Its own temp dir: a plain `ray.init()` elsewhere (tests, notebooks) must not attach to the
+    # demo's cluster, which it would through the default /tmp/ray/ray_current_cluster file.
     subprocess.run([_bin("ray"), "start", "--head", f"--num-cpus={cpus}", "--include-dashboard=true",
-                    "--dashboard-host=127.0.0.1", "--disable-usage-stats"], check=True, stdout=subprocess.DEVNULL)
+                    "--dashboard-host=127.0.0.1", "--disable-usage-stats", f"--temp-dir={RAY_TEMP}"],
+                   check=True, stdout=subprocess.DEVNULL, env=ray_env())
     for _ in range(60):
         if _http_ok(f"{RAY_DASHBOARD}/api/version"):
             return
@@ -105,7 +122,7 @@ def register(app: typer.Typer) -> None:
         """Run the whole data-to-model pipeline on the demo corpus as a `ray job submit`."""
         root = Path.cwd()
         if stop:
-            subprocess.run([_bin("ray"), "stop"], check=False)
+            subprocess.run([_bin("ray"), "stop"], check=False, env={**ray_env(), "RAY_TMPDIR": RAY_TEMP})
             subprocess.run(["pkill", "-f", "moelab tracker serve"], check=False)
             return
         ensure_ray(cpus)
@@ -118,7 +135,7 @@ def register(app: typer.Typer) -> None:
                f"tracker.url={tracker_url}", f"tracker.spool_dir={runs / 'spool'}"]
         typer.echo("submitting: " + " ".join(cmd[:6]) + " … -- python -m cluster.pipeline " + config)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "RAY_ADDRESS": RAY_DASHBOARD})
+                                env={**ray_env(), "RAY_ADDRESS": RAY_DASHBOARD})
         last_json = None
         for line in proc.stdout:
             sys.stdout.write(line)
