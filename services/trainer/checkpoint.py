@@ -3,7 +3,7 @@
 Layout: `<run>/checkpoints/step_00000100/` holds the DCP shards of model + optimizer (+ the
 router bias buffers, which are part of the model's state), `rank<r>.pt` per-rank extras (RNG
 states) and `meta.json` (step, data-loader position, scheduler, tracker run id, counters). A save
-goes to `step_XXXXXXXX.tmp` and is renamed only after every rank finished and `meta.json` is
+goes to `step_<8-digit step>.tmp` and is renamed only after every rank finished and `meta.json` is
 written; a directory without that final name is never read, so a kill -9 during a save leaves the
 previous checkpoint as the latest loadable one. The newest `keep_last` checkpoints are kept.
 """

@@ -5,7 +5,7 @@ line exceeds 1000 characters, whose mean line length exceeds 100 (minified or ge
 or whose alphanumeric fraction is below 0.25. StarCoder (Li et al. 2023, arXiv:2305.06161,
 section 3): remove auto-generated files (markers such as "auto-generated", "do not edit" in the
 first 5 lines), and files dominated by encoded data: base64 runs of 64+ characters, hex byte
-runs and \\uXXXX escape runs; a file goes when such runs cover over 50% of it or one run is
+runs and \\u-escape runs; a file goes when such runs cover over 50% of it or one run is
 longer than 1024 characters. Data files (CSV/number dumps saved under a code extension) go when
 over half of their non-blank lines are nothing but numbers and separators.
 No prose rule (stop words, language ID, Gopher) belongs in the code chain.
