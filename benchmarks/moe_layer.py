@@ -34,6 +34,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from shared.config.model import MoEConfig  # noqa: E402
+from shared.kernels import grouped_mm  # noqa: E402
 from shared.model.moe import MoELayer  # noqa: E402
 
 
@@ -139,6 +140,43 @@ def time_layer(layer, x, g, ours: bool, repeats: int) -> float:
     return statistics.median(times)
 
 
+def gemm_floor(ours: MoELayer, x: torch.Tensor, repeats: int) -> float:
+    """Median seconds of only the layer's GEMMs (routed w13/w2 and shared expert, fwd + bwd).
+
+    Same shapes and per-expert row counts as the real forward, no routing, gathers or
+    activations: no implementation of this layer built from these GEMMs can be faster, so HF's
+    time / this floor bounds the `ratio` any implementation could reach at this precision.
+    """
+    T, D = x.shape[1], x.shape[2]
+    with torch.no_grad():
+        idx = ours.router(x.view(T, D)).idx_TK
+    counts = torch.bincount(idx.reshape(-1), minlength=ours.cfg.n_routed_experts)
+    A, F = idx.numel(), ours.cfg.expert_hidden
+    ex, sh = ours.experts, ours.shared
+    leaf = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
+    a, hid = leaf(A, D), leaf(A, F)
+    w13 = torch.cat([ex.w1_EFD, ex.w3_EFD], dim=1).detach().requires_grad_()
+    w2 = ex.w2_EDF.detach().requires_grad_()
+    xs = leaf(T, D)
+    shared_w = [m.weight.detach().requires_grad_() for m in (sh.w1, sh.w3, sh.w2)] if sh is not None else []
+
+    def run() -> None:
+        grouped_mm(a, w13, counts).sum().backward()
+        grouped_mm(hid, w2, counts).sum().backward()
+        if shared_w:
+            w1s, w3s, w2s = shared_w
+            h = torch.nn.functional.linear(xs, w1s) + torch.nn.functional.linear(xs, w3s)
+            torch.nn.functional.linear(h, w2s).sum().backward()
+
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        run()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def cpu_bench(args) -> dict:
     torch.set_num_threads(args.threads) if args.threads else None
     ours = build_ours(args.d_model, args.experts, args.hidden, args.top_k, args.shared, "auto")
@@ -160,7 +198,11 @@ def cpu_bench(args) -> dict:
     t_ours = time_layer(ours, x, g, True, args.repeats)
     print(f"ours[{ours.experts.backend}]: {t_ours * 1e3:.1f} ms", flush=True)
     best_impl = min(hf_times, key=hf_times.get)
+    floor = gemm_floor(ours, x, args.repeats)
+    print(f"GEMMs alone (floor): {floor * 1e3:.1f} ms -> no implementation beats HF by more than "
+          f"{hf_times[best_impl] / floor:.2f}x at fp32", flush=True)
     result.update({"ours_s": t_ours, **{f"hf_{k}_s": v for k, v in hf_times.items()}, "hf_fastest": best_impl,
+                   "gemm_floor_s": floor, "ratio_bound": hf_times[best_impl] / floor,
                    "ratio": hf_times[best_impl] / t_ours})
     try:
         tt = build_torchtitan(ours, args.d_model)

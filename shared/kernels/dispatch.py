@@ -2,21 +2,24 @@
 
 The DeepSeek-style MoE sends each token to `top_k` experts. Rather than loop over tokens, we sort
 the S = T·K (token, slot) assignments by expert (a stable sort, so ties keep token order and the
-result is bitwise reproducible), run each expert's rows as one block of a grouped GEMM, and put
-the outputs back in (token, slot) order before summing over slots.
+result is bitwise reproducible), run each expert's rows as one block of a grouped GEMM, and sum
+each token's expert outputs back into its row.
 
-Two choices that make it fast and deterministic on CPU:
-- Dropless routing is a permutation of the S slots, so both directions are *gathers* with the
-  permutation or its inverse, forward and backward (custom autograd below); no `index_add`
-  scatter, no zero-filled buffers, no atomics. The backward of the token gather sums the K slot
-  gradients of each token by reshape-and-sum, in a fixed order.
+Two choices that make it fast on CPU, both measured (docs/moe.md):
+- Both directions move rows through the *token* index of each assignment, `tok_A`: the permute
+  gathers x[tok_A] (its backward accumulates into T rows with `index_add_`), the combine
+  accumulates y into T rows with `index_add_` (its backward gathers grad[tok_A]). Every gather
+  reads from a T-row tensor that stays in cache and every accumulation writes into one, so no
+  T·K-row tensor is ever gathered at random: one T·K×D pass per direction. On CPU `index_add_`
+  walks the index in order, so the sums are deterministic (bitwise reproducible runs); on CUDA
+  it uses atomics unless `torch.use_deterministic_algorithms(True)`.
 - The routing weight of each assignment multiplies the expert's hidden activation (width F)
   before w2 rather than its output (width D): w2·(s·h) = s·(w2·h), and F ≤ D for fine-grained
-  experts, so the weighting touches fewer numbers and the combine is a plain sum over slots.
+  experts, so the weighting touches fewer numbers and the combine is a plain sum.
 
 Optional capacity (Switch Transformer, Fedus et al. 2021): each expert keeps at most `capacity`
-assignments in token order; the rest are dropped (their slot contributes zero) and counted. That
-path is not a permutation and uses `index_select`/`index_copy` with autograd's own backward.
+assignments in token order; the rest are dropped and counted. Dropped assignments are simply
+absent from `order_A`, so the same gather / accumulate path gives them a zero contribution.
 """
 
 from __future__ import annotations
@@ -40,13 +43,11 @@ class Routing:
 
     order_A: for each kept assignment in expert order, its flat slot index t·K + k (A ≤ S).
     counts_E: kept assignments per expert. dropped: assignments removed by capacity (0-d tensor).
-    inv_S: inverse permutation (slot → row in expert order) when nothing was dropped, else None.
     """
 
     order_A: Tensor
     counts_E: Tensor
     dropped: Tensor
-    inv_S: Tensor | None = None
 
 
 def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None) -> Routing:
@@ -55,9 +56,7 @@ def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None)
     order_A = torch.argsort(flat_S, stable=True)
     counts_E = torch.bincount(flat_S, minlength=n_experts)
     if capacity is None:
-        inv_S = torch.empty_like(order_A)
-        inv_S[order_A] = torch.arange(order_A.numel(), device=order_A.device)
-        return Routing(order_A, counts_E, torch.zeros((), dtype=torch.long, device=idx_TK.device), inv_S)
+        return Routing(order_A, counts_E, torch.zeros((), dtype=torch.long, device=idx_TK.device))
     expert_A = flat_S[order_A]
     start_E = torch.cumsum(counts_E, 0) - counts_E
     rank_A = torch.arange(order_A.numel(), device=idx_TK.device) - start_E[expert_A]
@@ -66,59 +65,26 @@ def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None)
     return Routing(order_A[keep_A], kept_E, (counts_E - kept_E).sum())
 
 
-class _GatherTokens(torch.autograd.Function):
-    """x_AD = x_TD[order // K]; backward: grad_TD = Σ_k grad_AD[inv].view(T, K, D)[:, k]."""
-
-    @staticmethod
-    def forward(ctx, x_TD: Tensor, order_A: Tensor, inv_S: Tensor, top_k: int) -> Tensor:
-        ctx.save_for_backward(inv_S)
-        ctx.top_k = top_k
-        return x_TD.index_select(0, order_A // top_k)
-
-    @staticmethod
-    def backward(ctx, grad_AD: Tensor):
-        (inv_S,) = ctx.saved_tensors
-        D = grad_AD.shape[1]
-        return grad_AD.index_select(0, inv_S).view(-1, ctx.top_k, D).sum(1), None, None, None
-
-
-class _PermuteRows(torch.autograd.Function):
-    """y = x[perm]; backward: grad_x = grad_y[inverse perm] (a gather, not a scatter)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, perm: Tensor, inv: Tensor) -> Tensor:
-        ctx.save_for_backward(inv)
-        return x.index_select(0, perm)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (inv,) = ctx.saved_tensors
-        return grad.index_select(0, inv), None, None
-
-
 def permute(x_TD: Tensor, routing: Routing, top_k: int) -> Tensor:
-    """Rows of x gathered in expert order: row a is token `order_A[a] // top_k`."""
-    if routing.inv_S is None:
-        return x_TD.index_select(0, routing.order_A // top_k)
-    return _GatherTokens.apply(x_TD, routing.order_A, routing.inv_S, top_k)
+    """Rows of x gathered in expert order: row a is token `order_A[a] // top_k`.
+
+    autograd's backward of `index_select` is `index_add_` into zeros: the K copies of a token's
+    gradient are summed into its row in one pass.
+    """
+    return x_TD.index_select(0, routing.order_A // top_k)
 
 
 def slot_weights(weights_TK: Tensor, routing: Routing) -> Tensor:
     """Routing weight of each row in expert order (A,)."""
-    flat_S = weights_TK.reshape(-1)
-    if routing.inv_S is None:
-        return flat_S.index_select(0, routing.order_A)
-    return _PermuteRows.apply(flat_S, routing.order_A, routing.inv_S)
+    return weights_TK.reshape(-1).index_select(0, routing.order_A)
 
 
 def unpermute_sum(y_AD: Tensor, routing: Routing, T: int, top_k: int) -> Tensor:
-    """Put (already weighted) expert outputs back in (token, slot) order and sum over slots."""
-    D = y_AD.shape[1]
-    if routing.inv_S is None:
-        y_SD = y_AD.new_zeros(T * top_k, D).index_copy(0, routing.order_A, y_AD)
-    else:
-        y_SD = _PermuteRows.apply(y_AD, routing.inv_S, routing.order_A)
-    return y_SD.view(T, top_k, D).sum(1)
+    """Sum (already weighted) expert outputs into their tokens' rows: out[t] = Σ_{a: tok(a)=t} y[a].
+
+    Out-of-place `index_add`, whose backward w.r.t. `y_AD` is the gather grad[tok_A].
+    """
+    return y_AD.new_zeros(T, y_AD.shape[1]).index_add(0, routing.order_A // top_k, y_AD)
 
 
 def unpermute_combine(y_AD: Tensor, routing: Routing, weights_TK: Tensor) -> Tensor:
