@@ -37,20 +37,30 @@ def main(address: str, work: str, markers: str) -> None:
             self.waited = False
 
         def __call__(self, batch):
-            if not self.waited:  # no actor works alone: both nodes must take part in the stage
-                deadline = time.monotonic() + 120
-                while len(os.listdir(markers)) < 2 and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                self.waited = True
             time.sleep(0.3)
             out = super().__call__(batch)
             with open(self.marker, "a") as fh:
                 fh.write(f"{batch.num_rows}\n")
+            if not self.waited:
+                # No actor works alone: after its first batch an actor waits until every actor has
+                # scored one, so the stage must use both nodes however fast the head's actor is.
+                # Ray Data queues a few batches per actor, then hands the rest to the idle one.
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and not (
+                    len(os.listdir(markers)) >= 2
+                    and all(os.path.getsize(os.path.join(markers, m)) for m in os.listdir(markers))
+                ):
+                    time.sleep(0.1)
+                self.waited = True
             return out
 
     scoring.ScorerActor = MarkedScorerActor
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    # One batch in flight per actor: by default Ray Data may queue every shard of this small
+    # stage on the first actor that is ready (2 x its max concurrency), leaving node2 idle.
+    ctx.max_tasks_in_flight_per_actor = 1
     cfg = ExperimentConfig()
     cfg.scorer.out_dir = str(out)
     cfg.scorer.scoring.batch_size = 5
