@@ -6,13 +6,18 @@ input, no gradient clipping) and without it (standard parameterisation, no bunge
 1.0). The peer of every low-precision run is the bf16 run with the same recipe setting; we print
 the held-out loss gap to it and the routers' health (MaxVio, dead experts). The seed work reports
 the fp8−bf16 gap falling from ~0.8 to < 0.1 at 3,000 steps with these interventions; this CPU run
-is far shorter, so read its gaps as this size's measurement, not that claim's reproduction.
+is far shorter, so read its gaps as this size's measurement, not that claim's reproduction. To
+tell a gap from noise, bf16 also trains from a second initialisation (seed + 1, same data): the
+distance between the two bf16 runs (`bf16_seed_spread`) is the size of a gap that means nothing.
 
 Data: Python's own documentation prose (`pydoc_data.topics`, in every CPython install), encoded
 as bytes — real text, deterministic, offline. The last 10% is held out for evaluation.
 
-    .venv/bin/python benchmarks/precision_gap.py            # default size; writes benchmarks/results/
+    .venv/bin/python benchmarks/precision_gap.py            # default size (~4–5 min on a shared 2-core CPU)
     .venv/bin/python benchmarks/precision_gap.py --quick    # smoke run (~1 minute on an idle CPU)
+
+The JSON also records the wall time, s/step of every run and the 1-minute load average at start
+and end, since the machine these numbers come from is shared.
 
 The last output line is one JSON object with fp8_gap, nvfp4_gap, fp8_gap_no_recipe, nvfp4_gap_no_recipe.
 """
@@ -71,7 +76,9 @@ def router_health(aux: dict) -> tuple[float, int]:
     return max_vio, dead
 
 
-def train_one(mode: str, recipe: bool, args: argparse.Namespace, train: torch.Tensor, held: torch.Tensor) -> dict:
+def train_one(
+    mode: str, recipe: bool, args: argparse.Namespace, train: torch.Tensor, held: torch.Tensor, init_seed: int | None = None
+) -> dict:
     overrides = [
         f"model.moe.precision.expert={mode}",
         "model.moe.precision.emulate_bf16=true",
@@ -80,7 +87,7 @@ def train_one(mode: str, recipe: bool, args: argparse.Namespace, train: torch.Te
         f"optim.warmup_steps={min(20, args.steps // 5)}",
     ]
     cfg = load_config(ROOT / "configs" / "tiny.yaml", overrides + ([] if recipe else NO_RECIPE))
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed if init_seed is None else init_seed)
     model = MoETransformer(cfg.model)
     opt = build_optimizer(model, cfg.optim, total_steps=args.steps)
     gen = torch.Generator().manual_seed(args.seed)  # same batches for every run
@@ -138,6 +145,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is robust on a shared machine)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--no-noise-floor", action="store_true",
+        help="skip the second bf16 run (another init seed) that measures how far two bf16 runs land apart",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.batch, args.seq, args.eval_batches = 30, 4, 64, 2
@@ -147,18 +158,25 @@ def main(argv: list[str] | None = None) -> dict:
     cut = int(len(stream) * 0.9)
     train, held = stream[:cut], stream[cut:]
 
+    load_start, wall_start = os.getloadavg()[0], time.perf_counter()
     runs = {(m, r): train_one(m, r, args, train, held) for r in (True, False) for m in MODES}
+    if not args.no_noise_floor:  # the same bf16 run from another init: how big is a gap that means nothing?
+        for r in (True, False):
+            runs[("bf16 seed+1", r)] = train_one("bf16", r, args, train, held, init_seed=args.seed + 1)
     print(f"precision gap: tiny MoE, {args.steps} steps × {args.batch}×{args.seq} tokens, held-out loss (peer: bf16)")
-    print(f"{'mode':6s} {'recipe':9s} {'eval loss':>9s} {'gap':>8s} {'MaxVio':>7s} {'dead':>5s} {'s/step':>7s}")
+    print(f"{'mode':11s} {'recipe':7s} {'eval loss':>9s} {'gap':>8s} {'MaxVio':>7s} {'dead':>5s} {'s/step':>7s}")
     for (m, r), res in runs.items():
         gap = res["eval_loss"] - runs[("bf16", r)]["eval_loss"]
         print(
-            f"{m:6s} {'on' if r else 'off':9s} {res['eval_loss']:9.4f} {gap:+8.4f} {res['max_vio']:7.3f} "
+            f"{m:11s} {'on' if r else 'off':7s} {res['eval_loss']:9.4f} {gap:+8.4f} {res['max_vio']:7.3f} "
             f"{res['dead_experts']:5d} {res['seconds'] / args.steps:7.3f}"
         )
 
     def gap(mode: str, recipe: bool) -> float:
         return round(runs[(mode, recipe)]["eval_loss"] - runs[("bf16", recipe)]["eval_loss"], 5)
+
+    def key(mode: str, recipe: bool) -> str:
+        return f"{mode.replace(' ', '_')}{'' if recipe else '_no_recipe'}"
 
     result = {
         "fp8_gap": gap("fp8", True),
@@ -167,14 +185,21 @@ def main(argv: list[str] | None = None) -> dict:
         "nvfp4_gap_no_recipe": gap("nvfp4", False),
         "bf16_loss": round(runs[("bf16", True)]["eval_loss"], 5),
         "bf16_loss_no_recipe": round(runs[("bf16", False)]["eval_loss"], 5),
-        "max_vio": {f"{m}{'' if r else '_no_recipe'}": round(v["max_vio"], 4) for (m, r), v in runs.items()},
-        "dead_experts": {f"{m}{'' if r else '_no_recipe'}": v["dead_experts"] for (m, r), v in runs.items()},
+        "max_vio": {key(m, r): round(v["max_vio"], 4) for (m, r), v in runs.items()},
+        "dead_experts": {key(m, r): v["dead_experts"] for (m, r), v in runs.items()},
         "all_finite": all(v["finite"] for v in runs.values()),
         "steps": args.steps,
         "tokens_per_step": args.batch * args.seq,
         "quick": args.quick,
         "seconds": round(sum(v["seconds"] for v in runs.values()), 1),
+        "seconds_per_step": {key(m, r): round(v["seconds"] / args.steps, 4) for (m, r), v in runs.items()},
+        "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        "load_avg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+        "threads": args.threads,
     }
+    if not args.no_noise_floor:  # |bf16(seed+1) − bf16(seed)|: gaps below this are run-to-run noise
+        result["bf16_seed_spread"] = abs(gap("bf16 seed+1", True))
+        result["bf16_seed_spread_no_recipe"] = abs(gap("bf16 seed+1", False))
     out = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "precision_gap.json")
     if out is not None:
         write_atomic(out, result)

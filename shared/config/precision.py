@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.config.base import Section
 
@@ -48,3 +48,54 @@ class PrecisionConfig(Section):
         "fp32", description="Master weight dtype; bf16 applies stochastic rounding to every optimizer update."
     )
     seed: int = Field(0, ge=0, description="Seed of the random Hadamard signs (stochastic rounding uses the torch RNG).")
+    backend: Literal["auto", "emulate", "te"] = Field(
+        "auto",
+        description="Where fp8/nvfp4 GEMMs run: te (transformer-engine on CUDA), emulate (quantise→dequantise, any device), "
+        "auto (te for CUDA tensors when TE is installed and the recipe has a TE equivalent, else emulate).",
+    )
+    fp8_scaling: Literal["current", "delayed"] = Field(
+        "current",
+        description="fp8 per-tensor scale from this step's amax (current) or from an amax history of earlier steps "
+        "(delayed, TE DelayedScaling); delayed needs fp8_granularity=tensor.",
+    )
+    amax_history_len: int = Field(
+        1024, ge=1, le=1_000_000, description="Delayed scaling: amax history length per GEMM operand (TE default 1024)."
+    )
+    amax_compute_algo: Literal["max", "most_recent"] = Field(
+        "max", description="Delayed scaling: amax from the history's max (TE default) or its most recent entry."
+    )
+    fp8_margin: int = Field(0, ge=0, le=16, description="Delayed scaling: scale = fp8_max / amax / 2^margin (TE margin).")
+
+    @model_validator(mode="after")
+    def _check_recipe(self) -> PrecisionConfig:
+        if self.fp8_scaling == "delayed" and self.fp8_granularity != "tensor":
+            raise ValueError(
+                f"fp8_scaling=delayed keeps one amax history per tensor, so it needs fp8_granularity=tensor "
+                f"(got {self.fp8_granularity}); use fp8_scaling=current for row/block/mxfp8 scales"
+            )
+        if self.backend == "te":
+            for mode in sorted({self.expert, self.dense} - {"bf16"}):
+                reason = self.te_unsupported_reason(mode)
+                if reason:
+                    raise ValueError(f"backend=te: {reason}; use backend=emulate (or auto) for this recipe")
+        return self
+
+    def te_unsupported_reason(self, mode: str) -> str | None:
+        """Why `mode` under this config has no transformer-engine recipe (None when it has one).
+
+        TE's recipes (checked against TE 2.19's `transformer_engine.common.recipe`): per-tensor
+        current/delayed scaling, 1×128 / 128×128 blocks, MXFP8 1×32, NVFP4 with a 16-point RHT on
+        the Wgrad inputs. Per-row fp8 scales, stochastic rounding of fp8 gradients and an RHT on
+        every nvfp4 GEMM (or of another size) exist only in the emulation.
+        """
+        if mode == "fp8":
+            if self.fp8_granularity == "row":
+                return "fp8_granularity=row has no transformer-engine recipe"
+            if self.fp8_grad_stochastic:
+                return "fp8_grad_stochastic=true has no transformer-engine recipe (TE's fp8 casts round to nearest)"
+        if mode == "nvfp4":
+            if self.hadamard == "all":
+                return "hadamard=all has no transformer-engine recipe (TE applies its RHT to the Wgrad inputs only)"
+            if self.hadamard_size != 16:
+                return f"hadamard_size={self.hadamard_size} has no transformer-engine recipe (TE's RHT is 16-point)"
+        return None

@@ -1,72 +1,142 @@
 """Low-precision routed experts and linear layers: where `model.moe.precision` meets the model.
 
 The routed experts keep `shared.kernels`' permute → SwiGLU → unpermute path and swap only their
-grouped GEMMs (the `gmm` seam) for `lp_grouped_linear` (same (E, out, in) weight layout), so
+grouped GEMMs (the `gmm` seam) for `LowPrecisionGroupedMM` (same (E, out, in) weight layout), so
 routing, capacity drops and the combine are the same code in every precision. `LowPrecisionLinear`
-is an `nn.Linear` whose GEMMs go through `lp_linear`; `apply_precision` swaps it in for the
-shared experts (expert mode) and for attention / dense-FFN projections (dense mode), keeping the
-same `Parameter` objects so names, init, optimizer groups and checkpoints are unchanged. The
-output head stays in high precision (as in DeepSeek-V3 and NVIDIA's NVFP4 recipe).
+is an `nn.Linear` whose GEMMs run under the recipe; `apply_precision` swaps it in for the shared
+experts (expert mode) and for attention / dense-FFN projections (dense mode), keeping the same
+`Parameter` objects so names, init, optimizer groups and checkpoints are unchanged. The output
+head stays in high precision (as in DeepSeek-V3 and NVIDIA's NVFP4 recipe).
+
+Backends (`precision.backend`): `te` runs the GEMMs of CUDA tensors through transformer-engine
+(`shared.precision.te_backend`), `emulate` through the quantise → dequantise emulation
+(`shared.precision.matmul`), `auto` picks te for CUDA tensors when TE is installed and the
+recipe has a TE equivalent, else the emulation (so a CPU run of a GPU config emulates). With
+delayed fp8 scaling each GEMM site keeps its amax history in a `DelayedScalingState` buffer
+(`...gmm.delayed.<out>x<in>.amax_history`, `...w1.delayed.amax_history`), saved with checkpoints.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from shared.config.precision import PrecisionConfig
+from shared.precision.delayed import DelayedScalingState
 from shared.precision.matmul import lp_grouped_linear, lp_linear
 from shared.precision.recipe import GemmRecipe, gemm_recipe
+from shared.precision.te_backend import TELinearRunner, te_autocast, te_grouped_linear, te_status
 
 
-class LowPrecisionGroupedMM:
+def _site(out_features: int, in_features: int) -> str:
+    return f"{out_features}x{in_features}"
+
+
+class LowPrecisionGroupedMM(nn.Module):
     """Drop-in for `shared.kernels.grouped_mm(x, w, counts, backend)` that runs under a recipe.
 
     The routed experts call their grouped GEMM through the `gmm` attribute (the seam
-    `shared.kernels.dispatch` exposes); this object keeps their permute → SwiGLU → unpermute path
-    and swaps only the GEMMs. `backend` is ignored: the emulation is its own backend.
+    `shared.kernels.dispatch` exposes); this module keeps their permute → SwiGLU → unpermute path
+    and swaps only the GEMMs. The kernels' `backend` argument is ignored: the precision backend
+    (TE or emulation) is its own. It holds no parameters; with delayed scaling it holds one
+    `DelayedScalingState` per GEMM site, keyed by the weight's (out, in) shape — the experts'
+    SwiGLU calls it for the fused gate/up weight (2F, D) and the down weight (D, F).
     """
 
-    def __init__(self, recipe: GemmRecipe) -> None:
-        self.recipe = recipe
+    def __init__(
+        self, recipe: GemmRecipe, n_groups: int = 1, sites: tuple[tuple[int, int], ...] = (),
+        te: TELinearRunner | None = None, require_te: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.recipe, self.n_groups, self.te, self.require_te = recipe, n_groups, te, require_te
+        self.delayed = nn.ModuleDict()
+        if recipe.delayed is not None:
+            for out_f, in_f in sites:
+                self.delayed[_site(out_f, in_f)] = DelayedScalingState(n_groups, recipe.delayed)
 
-    def __call__(self, x: Tensor, w: Tensor, counts: Tensor, backend: str = "auto") -> Tensor:
-        return lp_grouped_linear(x, w, counts, self.recipe)
+    def _state(self, w: Tensor) -> DelayedScalingState | None:
+        if self.recipe.delayed is None:
+            return None
+        key = _site(w.shape[1], w.shape[2])
+        if key not in self.delayed:  # a GEMM shape not declared at apply time: its history starts now
+            self.delayed[key] = DelayedScalingState(w.shape[0], self.recipe.delayed).to(w.device)
+        return self.delayed[key]
 
-    def __repr__(self) -> str:
-        return f"LowPrecisionGroupedMM({self.recipe.mode})"
+    def forward(self, x: Tensor, w: Tensor, counts: Tensor, backend: str = "auto") -> Tensor:
+        if self.te is not None and (x.is_cuda or self.require_te):
+            counts_list = [int(c) for c in (counts.tolist() if torch.is_tensor(counts) else counts)]
+            return te_grouped_linear(self.te, (w.shape[1], w.shape[2]), x, w, counts_list)
+        return lp_grouped_linear(x, w, counts, self.recipe, self._state(w))
+
+    def extra_repr(self) -> str:
+        return f"{self.recipe.mode}, backend={'te' if self.te is not None else 'emulate'}"
 
 
 class LowPrecisionLinear(nn.Linear):
-    """`nn.Linear` whose GEMMs (forward, Dgrad, Wgrad) run under a `GemmRecipe`."""
+    """`nn.Linear` whose GEMMs (forward, Dgrad, Wgrad) run under a `GemmRecipe` (TE or emulation)."""
 
     recipe: GemmRecipe
 
     @classmethod
-    def wrap(cls, linear: nn.Linear, recipe: GemmRecipe) -> LowPrecisionLinear:
+    def wrap(
+        cls, linear: nn.Linear, recipe: GemmRecipe, te: TELinearRunner | None = None, require_te: bool = False
+    ) -> LowPrecisionLinear:
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
         new.weight = linear.weight
         new.bias = linear.bias
         new.recipe = recipe
+        new._te = {"runner": te, "require": require_te}  # a dict, so TE's module is not a submodule
+        if recipe.delayed is not None:
+            new.delayed = DelayedScalingState(1, recipe.delayed).to(linear.weight.device)
         return new
 
     def forward(self, x: Tensor) -> Tensor:
-        y = lp_linear(x, self.weight, self.recipe)
+        runner = self._te["runner"]
+        if runner is not None and (x.is_cuda or self._te["require"]):
+            y = runner.linear("linear", x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
+        else:
+            y = lp_linear(x, self.weight, self.recipe, getattr(self, "delayed", None))
         return y if self.bias is None else y + self.bias
 
 
-def _swap_linears(module: nn.Module, recipe: GemmRecipe, skip: tuple[str, ...] = ()) -> int:
+def _swap_linears(
+    module: nn.Module, recipe: GemmRecipe, te: TELinearRunner | None, require_te: bool, skip: tuple[str, ...] = ()
+) -> int:
     swapped = 0
     for name, child in list(module.named_children()):
         if name in skip:
             continue
         if type(child) is nn.Linear:
-            setattr(module, name, LowPrecisionLinear.wrap(child, recipe))
+            runner = _fresh_runner(te)  # each layer its own TE module (its own delayed-scaling history)
+            setattr(module, name, LowPrecisionLinear.wrap(child, recipe, runner, require_te))
             swapped += 1
         elif not hasattr(child, "gmm"):
-            swapped += _swap_linears(child, recipe, skip)
+            swapped += _swap_linears(child, recipe, te, require_te, skip)
     return swapped
+
+
+def _fresh_runner(te: TELinearRunner | None) -> TELinearRunner | None:
+    return None if te is None else TELinearRunner(te.cfg, te.mode)
+
+
+def _resolve_backend(cfg: PrecisionConfig, mode: str, shape_only: bool) -> tuple[bool, bool]:
+    """(use TE for CUDA tensors, require TE) for `mode`; raises when backend=te cannot run here."""
+    if mode == "bf16" or cfg.backend == "emulate":
+        return False, False
+    unsupported = cfg.te_unsupported_reason(mode)
+    status = te_status(cfg, mode) if unsupported is None else te_status()
+    if cfg.backend == "te":
+        if unsupported:  # config validation catches this first; kept for configs built by hand
+            raise ValueError(f"model.moe.precision.backend=te: {unsupported}")
+        if status and not shape_only:
+            raise RuntimeError(
+                f"model.moe.precision.backend=te, but {status}. "
+                "Use backend=auto (TE where it can run, the emulation elsewhere) or backend=emulate."
+            )
+        return status is None, status is None
+    return status is None and unsupported is None, False  # auto
 
 
 def apply_precision(model: nn.Module, cfg: PrecisionConfig) -> dict[str, int]:
@@ -74,17 +144,73 @@ def apply_precision(model: nn.Module, cfg: PrecisionConfig) -> dict[str, int]:
 
     Modules with a `gmm` grouped-GEMM seam (the routed experts) get the expert recipe; each
     MoE layer's `shared` SwiGLU gets the expert recipe; every other `nn.Linear` except `lm_head`
-    gets the dense recipe. A mode whose recipe is inactive (plain bf16) changes nothing.
+    gets the dense recipe. A mode whose recipe is inactive (plain bf16) changes nothing. A model
+    built on the meta device (shape only, e.g. `moelab precision-report`) never runs a GEMM, so
+    backend=te does not require TE there. When TE runs any GEMM, a TE autocast region wraps the
+    whole forward (hooks on `model`), so delayed-scaling amaxes update once per step as in TE.
     """
+    shape_only = any(p.device.type == "meta" for p in model.parameters())
     expert, dense = gemm_recipe(cfg, cfg.expert), gemm_recipe(cfg, cfg.dense)
+    runners: dict[str, TELinearRunner | None] = {}
+    require: dict[str, bool] = {}
+    for mode in {cfg.expert, cfg.dense}:
+        use_te, require[mode] = _resolve_backend(cfg, mode, shape_only)
+        runners[mode] = TELinearRunner(cfg, mode) if use_te else None
     counts = {"routed_experts": 0, "expert_linears": 0, "dense_linears": 0}
-    for module in model.modules():
+    for module in list(model.modules()):
         if hasattr(module, "gmm") and expert.active:
-            module.gmm = LowPrecisionGroupedMM(expert)
+            module.gmm = LowPrecisionGroupedMM(
+                expert, _n_experts(module), _expert_sites(module), _fresh_runner(runners[cfg.expert]), require[cfg.expert]
+            )
             counts["routed_experts"] += 1
         shared = getattr(module, "shared", None)
         if hasattr(module, "router") and isinstance(shared, nn.Module) and expert.active:
-            counts["expert_linears"] += _swap_linears(shared, expert)
+            counts["expert_linears"] += _swap_linears(shared, expert, runners[cfg.expert], require[cfg.expert])
     if dense.active:
-        counts["dense_linears"] = _swap_linears(model, dense, skip=("lm_head", "shared", "router"))
+        counts["dense_linears"] = _swap_linears(
+            model, dense, runners[cfg.dense], require[cfg.dense], skip=("lm_head", "shared", "router")
+        )
+    outer = cfg.expert if expert.active and runners[cfg.expert] else cfg.dense if dense.active else None
+    if outer is not None and runners[outer] is not None:
+        _wrap_forward_in_te_autocast(model, runners[outer].recipe, require[outer])
     return counts
+
+
+def _n_experts(module: nn.Module) -> int:
+    w1 = getattr(module, "w1_EFD", None)
+    return w1.shape[0] if isinstance(w1, Tensor) else 1
+
+
+def _expert_sites(module: nn.Module) -> tuple[tuple[int, int], ...]:
+    """The (out, in) shapes the experts' SwiGLU runs: fused gate/up (2F, D) and down (D, F)."""
+    w1, w3, w2 = (getattr(module, n, None) for n in ("w1_EFD", "w3_EFD", "w2_EDF"))
+    if not all(isinstance(t, Tensor) for t in (w1, w3, w2)):
+        return ()
+    return ((w1.shape[1] + w3.shape[1], w1.shape[2]), (w2.shape[1], w2.shape[2]))
+
+
+def _wrap_forward_in_te_autocast(model: nn.Module, recipe, always: bool) -> None:
+    """Enter one TE autocast per model forward (for CUDA inputs, or `always` under backend=te);
+    per-GEMM autocasts nest inside it.
+
+    TE reduces and rolls delayed-scaling amaxes when the outermost autocast exits (forward) and in
+    the backward of the first TE module of that region, i.e. once per step; without this outer
+    region each GEMM's own autocast would roll every history once per GEMM call.
+    """
+    stack: list = []
+
+    def enter(_module, args):
+        first = args[0] if args else None
+        on_te = always or (isinstance(first, Tensor) and first.is_cuda)
+        ctx = te_autocast(recipe) if on_te else None
+        if ctx is not None:
+            ctx.__enter__()
+        stack.append(ctx)
+
+    def leave(_module, _args, _out):
+        ctx = stack.pop() if stack else None
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+    model.register_forward_pre_hook(enter)
+    model.register_forward_hook(leave, always_call=True)

@@ -42,10 +42,14 @@ BF16 = FloatFormat("bf16", 7, -126, float(torch.finfo(torch.bfloat16).max), torc
 FORMATS = {f.name: f for f in (E4M3, E5M2, E2M1, BF16)}
 
 
-def _grid_step(ax: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    """Grid spacing at each |x|: 2^(max(floor(log2|x|), emin) - m)."""
-    exp = torch.floor(torch.log2(ax.clamp_min(2.0**fmt.emin)))
-    return torch.exp2(exp - fmt.mantissa_bits)
+def _grid_step(a: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Grid spacing at each |x| (a ≥ 0): 2^(max(floor(log2 a), emin) - m).
+
+    2^floor(log2 a) is a's fp32 exponent field with the mantissa cleared — bit operations instead
+    of log2/exp2, which dominate the emulation's time on CPU.
+    """
+    binade = (a.clamp_min(2.0**fmt.emin).view(torch.int32) & 0x7F800000).view(torch.float32)
+    return binade * 2.0**-fmt.mantissa_bits
 
 
 def round_to_format(
@@ -53,16 +57,18 @@ def round_to_format(
 ) -> torch.Tensor:
     """Round fp32 `x` onto `fmt`'s grid, saturating at ±max; returns fp32 values on the grid.
 
-    Nearest rounding uses torch's own cast where the dtype exists (ties to even). Stochastic
+    Nearest rounding is round-half-to-even on the grid — bit-identical to torch's
+    `float8_e4m3fn` / `float8_e5m2` casts of the clamped value (a test checks it), computed on the
+    grid because CPU torch converts fp8 back to fp32 slowly; bf16 uses torch's cast. Stochastic
     rounding rounds up with probability equal to the distance to the lower grid point divided by
     the spacing, so E[round(x)] = x for every x inside the range (Gupta et al. 2015).
     """
     x = x.float()
-    if not stochastic and fmt.torch_dtype is not None:
+    if not stochastic and fmt.torch_dtype is torch.bfloat16:
         return x.clamp(-fmt.max, fmt.max).to(fmt.torch_dtype).float()
-    ax = x.abs()
-    step = _grid_step(ax, fmt)
-    scaled = ax / step
+    a = x.abs().clamp_max(fmt.max)  # saturate first: max is on the grid
+    step = _grid_step(a, fmt)
+    scaled = a / step  # exact: step is a power of two
     if stochastic:
         low = torch.floor(scaled)
         noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)

@@ -7,6 +7,7 @@ require. The recipes:
 | mode / granularity | activations X | weights W | gradients dY |
 |---|---|---|---|
 | fp8 tensor (TE current scaling) | e4m3, 1 scale | e4m3, 1 scale | e4m3/e5m2, 1 scale |
+| fp8 tensor, `fp8_scaling: delayed` (TE DelayedScaling) | e4m3, scale from amax history | same | same |
 | fp8 row | e4m3 per row | e4m3 per row | per row |
 | fp8 block (DeepSeek-V3 §3.3) | e4m3 1×128 | e4m3 128×128 | 1×128 |
 | fp8 mxfp8 (OCP MX) | e4m3 1×32, e8m0 | e4m3 1×32, e8m0 | 1×32, e8m0 |
@@ -19,13 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.config.precision import PrecisionConfig
+from shared.precision.delayed import DelayedParams
 from shared.precision.formats import BF16, E2M1, E4M3, E5M2
 from shared.precision.scaling import QuantSpec
 
 
 @dataclass(frozen=True)
 class GemmRecipe:
-    """Quantisation of the three operand roles plus the Hadamard placement (None spec = leave as is)."""
+    """Quantisation of the three operand roles plus the Hadamard placement (None spec = leave as is).
+
+    `delayed` set means the per-tensor fp8 scales come from an amax history
+    (`shared.precision.delayed`) instead of each tensor's own amax.
+    """
 
     mode: str
     x: QuantSpec | None
@@ -34,6 +40,7 @@ class GemmRecipe:
     hadamard: str = "off"
     hadamard_size: int = 16
     seed: int = 0
+    delayed: DelayedParams | None = None
 
     @property
     def active(self) -> bool:
@@ -60,8 +67,15 @@ def gemm_recipe(cfg: PrecisionConfig, mode: str | None = None) -> GemmRecipe:
             act, wgt, kind = (1, 128), (128, 128), "fp32"
         else:  # mxfp8
             act, wgt, kind = (1, 32), (1, 32), "e8m0"
+        delayed = None
+        if cfg.fp8_scaling == "delayed":  # config validation guarantees per-tensor granularity
+            delayed = DelayedParams(cfg.amax_history_len, cfg.amax_compute_algo, cfg.fp8_margin)
         return GemmRecipe(
-            "fp8", QuantSpec(E4M3, act, kind), QuantSpec(E4M3, wgt, kind), QuantSpec(grad_fmt, act, kind, sr)
+            "fp8",
+            QuantSpec(E4M3, act, kind),
+            QuantSpec(E4M3, wgt, kind),
+            QuantSpec(grad_fmt, act, kind, sr),
+            delayed=delayed,
         )
     if mode == "nvfp4":
         wblock = (16, 16) if cfg.nvfp4_weight_2d else (1, 16)

@@ -1,4 +1,4 @@
-"""Scaled quantise → dequantise of a 2-D operand with per-tensor, per-row or block scales.
+"""Scaled quantise → dequantise of a 2-D operand (or a batch of them) with per-tensor, per-row or block scales.
 
 One routine covers every recipe: the operand is cut into `(block_rows, block_cols)` tiles, each
 tile gets a scale from its absolute maximum, values are divided by the scale, rounded onto the
@@ -39,20 +39,19 @@ class QuantSpec:
 
 
 def _tiles(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, int, int]:
-    rows, cols = x.shape
+    """(B, rows, cols) -> (B, row_tiles, br, col_tiles, bc), zero-padded to whole tiles."""
+    _, rows, cols = x.shape
     br = rows if block[0] == -1 else min(block[0], rows)
     bc = cols if block[1] == -1 else min(block[1], cols)
     pr, pc = (-rows) % br, (-cols) % bc
     if pr or pc:
         x = torch.nn.functional.pad(x, (0, pc, 0, pr))
-    tiles = x.reshape(x.shape[0] // br, br, x.shape[1] // bc, bc)
+    tiles = x.reshape(x.shape[0], x.shape[1] // br, br, x.shape[2] // bc, bc)
     return tiles, br, bc
 
 
-def block_scales(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Scale of each tile, shape (row_tiles, col_tiles); 0 marks an all-zero tile."""
-    tiles, _, _ = _tiles(x.float(), spec.block)
-    amax = tiles.abs().amax(dim=(1, 3))
+def _scales_from_amax(amax: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """Tile scales from tile amaxes (B, row_tiles, col_tiles); 0 marks an all-zero tile."""
     if spec.scale_kind == "none":
         return torch.ones_like(amax)
     if spec.scale_kind == "fp32":
@@ -61,12 +60,44 @@ def block_scales(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
         raw = amax / spec.fmt.max
         return torch.where(amax > 0, torch.exp2(torch.ceil(torch.log2(raw.clamp_min(2.0**-127)))), 0.0)
     if spec.scale_kind == "nvfp4":
-        tensor_scale = x.float().abs().amax() / (E2M1.max * E4M3.max)
-        if tensor_scale == 0:
-            return torch.zeros_like(amax)
-        stored = round_to_format(amax / E2M1.max / tensor_scale, E4M3)
-        return stored * tensor_scale
+        tensor_scale = amax.amax(dim=(1, 2), keepdim=True) / (E2M1.max * E4M3.max)  # one per matrix
+        safe = torch.where(tensor_scale > 0, tensor_scale, 1.0)
+        stored = round_to_format(amax / E2M1.max / safe, E4M3)
+        return torch.where(tensor_scale > 0, stored * tensor_scale, 0.0)
     raise ValueError(f"unknown scale kind {spec.scale_kind!r}; use none, fp32, e8m0 or nvfp4")
+
+
+def block_scales(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """Scale of each tile of a 2-D operand, shape (row_tiles, col_tiles); 0 marks an all-zero tile."""
+    tiles, _, _ = _tiles(x.float()[None], spec.block)
+    return _scales_from_amax(tiles.abs().amax(dim=(2, 4)), spec)[0]
+
+
+def fake_quantize_batched(
+    x: torch.Tensor, spec: QuantSpec, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fake_quantize` of a batch of independent operands (B, rows, cols): every matrix gets its own
+    tiles and scales (its own tensor scale for per-tensor and nvfp4), as each GEMM of a grouped GEMM.
+
+    Returns (fp32 values on the scaled grid, scales (B, row_tiles, col_tiles)). Zero rows or columns
+    (the padding of a grouped GEMM's shorter groups) never change a tile's scale.
+    """
+    x = x.float()
+    if spec.scale_kind == "none" and spec.block == (-1, -1):  # plain rounding (bf16): no scale to compute
+        q = round_to_format(x, spec.fmt, stochastic=spec.stochastic, generator=generator)
+        return q, torch.ones(x.shape[0], 1, 1, device=x.device)
+    b, rows, cols = x.shape
+    tiles, br, bc = _tiles(x, spec.block)
+    scales = _scales_from_amax(tiles.abs().amax(dim=(2, 4)), spec)
+    s = scales[:, :, None, :, None]
+    safe = torch.where(s > 0, s, 1.0)
+    q = round_to_format(tiles / safe, spec.fmt, stochastic=spec.stochastic, generator=generator) * safe
+    if spec.scale_kind in ("nvfp4", "e8m0"):  # a block whose scale underflowed to 0 dequantises to 0
+        q = q * (s > 0).to(q.dtype)  # (a multiply: torch.where is ~10× slower on CPU)
+    q = q.reshape(b, tiles.shape[1] * br, tiles.shape[3] * bc)
+    if q.shape[1] != rows or q.shape[2] != cols:
+        q = q[:, :rows, :cols]
+    return q, scales
 
 
 def fake_quantize(
@@ -78,15 +109,10 @@ def fake_quantize(
     """
     if x.dim() != 2:
         raise ValueError(f"fake_quantize takes a 2-D operand (reduction dim last), got shape {tuple(x.shape)}")
-    rows, cols = x.shape
-    scales = block_scales(x, spec)
-    tiles, br, bc = _tiles(x.float(), spec.block)
-    s = scales[:, None, :, None]
-    safe = torch.where(s > 0, s, 1.0)
-    q = round_to_format(tiles / safe, spec.fmt, stochastic=spec.stochastic, generator=generator) * safe
-    q = torch.where(s > 0, q, 0.0)
-    q = q.reshape(tiles.shape[0] * br, tiles.shape[2] * bc)[:rows, :cols]
-    return q, scales
+    q, scales = fake_quantize_batched(x[None], spec, generator)
+    if spec.scale_kind == "none" and spec.block == (-1, -1):
+        return q[0], torch.ones(1, 1, device=x.device)
+    return q[0], scales[0]
 
 
 def expand_scales(scales: torch.Tensor, shape: tuple[int, int], block: tuple[int, int]) -> torch.Tensor:

@@ -97,3 +97,40 @@ def test_grouped_linear_matches_the_kernels_layout_and_zeroes_dropped_rows():
     ref = grouped_mm(x, w, counts, "loop")
     torch.testing.assert_close(y, ref, rtol=2e-2, atol=2e-2)
     assert (y[7:] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(expert="fp8", fp8_granularity="tensor"),
+        dict(expert="fp8", fp8_granularity="block"),
+        dict(expert="fp8", fp8_granularity="mxfp8", fp8_grad_format="e5m2"),
+        dict(expert="nvfp4", nvfp4_grad_stochastic=False),  # RHT on the Wgrad inputs
+        dict(expert="nvfp4", nvfp4_grad_stochastic=False, hadamard="all", nvfp4_weight_2d=False),
+        dict(expert="bf16", emulate_bf16=True),
+    ],
+    ids=lambda o: "-".join(str(v) for v in o.values()),
+)
+@pytest.mark.parametrize("counts", [[40, 0, 70, 18], [30, 25, 33, 40]], ids=["per-expert", "padded-batch"])
+def test_grouped_gemm_equals_one_linear_per_expert(overrides, counts):
+    """The batched grouped GEMM (groups zero-padded to the longest) and the per-expert path give
+    each expert's own lp_linear: padding changes no scale, no tile and no Hadamard block."""
+    torch.manual_seed(3)
+    recipe = gemm_recipe(PrecisionConfig(**overrides))
+    x = torch.randn(sum(counts) + 5, 64, requires_grad=True)  # 5 rows dropped by capacity
+    w = (torch.randn(4, 96, 64) / 8).requires_grad_()
+    dy = torch.randn(sum(counts) + 5, 96)
+    y = lp_grouped_linear(x, w, counts, recipe)
+    y.backward(dy)
+    got = (y.detach(), x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    outs, start = [], 0
+    for e, c in enumerate(counts):
+        if c:
+            outs.append(lp_linear(x[start : start + c], w[e], recipe))
+        start += c
+    ref_y = torch.cat([*outs, x.new_zeros(5, 96)])
+    ref_y.backward(dy)
+    for name, a, b in zip(("y", "dx", "dw"), got, (ref_y.detach(), x.grad, w.grad), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+    assert (got[0][-5:] == 0).all() and (got[1][-5:] == 0).all()

@@ -117,3 +117,17 @@ def test_random_hadamard_is_orthogonal_and_preserves_products():
 def test_fake_quantize_rejects_non_matrices():
     with pytest.raises(ValueError, match="2-D operand"):
         fake_quantize(torch.randn(2, 3, 4), QuantSpec(E4M3))
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=lambda f: f.name)
+def test_nearest_rounding_is_bit_identical_to_torch_float8_casts(fmt):
+    """Every finite fp8 value, every midpoint (ties to even) and its neighbours, random values
+    from subnormal to saturating: our grid rounding equals torch's cast of the clamped value."""
+    grid = torch.arange(256, dtype=torch.uint8).view(fmt.torch_dtype).float()
+    grid = grid[torch.isfinite(grid)].unique()
+    mids = (grid[1:] + grid[:-1]) / 2
+    up, down = torch.tensor(float("inf")), torch.tensor(float("-inf"))
+    x = torch.cat([grid, mids, mids.nextafter(up), mids.nextafter(down), torch.randn(100_000) * torch.logspace(-12, 6, 100_000, base=2)])
+    x = torch.cat([x, -x, torch.tensor([1e9, -1e9, 0.0])])
+    expected = x.clamp(-fmt.max, fmt.max).to(fmt.torch_dtype).float()
+    assert torch.equal(round_to_format(x, fmt), expected)
