@@ -1,9 +1,9 @@
 """Parallelism applied from outside the model: expert parallel (EP) and FSDP2 data parallel.
 
 The model code knows nothing of distribution (as in torchtitan's `parallelize.py`): this module
-swaps each MoE layer's `RoutedExperts` for `ExpertParallelExperts`, which holds this rank's slice
-of the experts and exchanges tokens with all-to-all, and wraps the rest with FSDP2
-(`fully_shard`), leaving the expert weights to EP.
+swaps each MoE layer's `RoutedExperts` for `ExpertParallelExperts` (expert_parallel.py), which
+holds this rank's slice of the experts and exchanges tokens with all-to-all, and wraps the rest
+with FSDP2 (`fully_shard`), leaving the expert weights to EP.
 
 Gradient bookkeeping: each rank's loss is the mean over its own tokens and the global loss is
 the mean over ranks. FSDP2 averages the dense gradients. An expert's gradient arrives through the
@@ -17,62 +17,13 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
-from torch.distributed._functional_collectives import all_to_all_single_autograd
+from torch import nn
 
+from services.trainer.expert_parallel import ExpertParallelExperts, expert_parallel_layer, route_halves
 from shared.config.train import TrainConfig
-from shared.kernels.dispatch import Routing, expert_swiglu, permute, route_by_expert, unpermute_combine
-from shared.model.experts import RoutedExperts
 
-
-class ExpertParallelExperts(nn.Module):
-    """This rank's `E / ep_size` experts; tokens travel to their expert's rank and back.
-
-    Forward (T tokens, K slots): sort the T·K assignments by global expert (rows for rank r are
-    then contiguous), send each rank its rows (all-to-all with uneven splits), regroup the
-    received rows by local expert, run the grouped SwiGLU, and reverse both steps. Dispatch uses
-    `shared.kernels` exactly like the single-process layer, so results agree to rounding.
-    """
-
-    def __init__(self, full: RoutedExperts, ep_group: dist.ProcessGroup, ep_rank: int, ep_size: int) -> None:
-        super().__init__()
-        n_experts = full.w1_EFD.shape[0]
-        if n_experts % ep_size:
-            raise ValueError(f"ep_size ({ep_size}) must divide n_routed_experts ({n_experts})")
-        self.n_experts, self.ep_size, self.ep_rank, self.group = n_experts, ep_size, ep_rank, ep_group
-        self.n_local = n_experts // ep_size
-        lo, hi = ep_rank * self.n_local, (ep_rank + 1) * self.n_local
-        self.w1_EFD = nn.Parameter(full.w1_EFD.detach()[lo:hi].clone())
-        self.w3_EFD = nn.Parameter(full.w3_EFD.detach()[lo:hi].clone())
-        self.w2_EDF = nn.Parameter(full.w2_EDF.detach()[lo:hi].clone())
-        self.backend = full.backend
-        self.gmm = full.gmm  # the grouped GEMM (a low-precision wrapper when model.moe.precision says so)
-
-    def _exchange_counts(self, counts_E: Tensor) -> Tensor:
-        """counts_RL[s, l]: rows rank s sends to my local expert l."""
-        send = counts_E.view(self.ep_size, self.n_local).contiguous()
-        recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=self.group)
-        return recv
-
-    def forward(self, x_TD: Tensor, idx_TK: Tensor, weights_TK: Tensor, capacity: int | None = None) -> tuple[Tensor, Routing]:
-        K = idx_TK.shape[1]
-        routing = route_by_expert(idx_TK, self.n_experts, capacity)
-        x_AD = permute(x_TD, routing, K)
-        recv_RL = self._exchange_counts(routing.counts_E)
-        send_splits = routing.counts_E.view(self.ep_size, self.n_local).sum(1).tolist()
-        recv_splits = recv_RL.sum(1).tolist()
-        x_recv = all_to_all_single_autograd(x_AD, recv_splits, send_splits, self.group)
-        # received rows are grouped (source rank, local expert); regroup to (local expert, source rank)
-        block_sizes = recv_RL.reshape(-1)
-        block_of_row = torch.repeat_interleave(torch.arange(block_sizes.numel(), device=x_TD.device), block_sizes)
-        src, local = block_of_row // self.n_local, block_of_row % self.n_local
-        order = torch.argsort(local * self.ep_size + src, stable=True)
-        y_sorted = expert_swiglu(x_recv.index_select(0, order), self.w1_EFD, self.w3_EFD, self.w2_EDF,
-                                 recv_RL.sum(0), self.backend, self.gmm)
-        y_recv = torch.empty_like(y_sorted).index_copy(0, order, y_sorted)
-        y_AD = all_to_all_single_autograd(y_recv, send_splits, recv_splits, self.group)
-        return unpermute_combine(y_AD, routing, weights_TK), routing
+__all__ = ["ExpertParallelExperts", "apply_block_options", "expert_parallel_layer", "expert_params",
+           "finish_gradients", "parallelize", "route_halves", "sync_router_loads"]
 
 
 def _ep_groups(world: int, ep_size: int) -> tuple[list[dist.ProcessGroup], list[dist.ProcessGroup]]:
@@ -91,7 +42,7 @@ def parallelize(model: nn.Module, tc: TrainConfig, rank: int, world: int) -> nn.
         ep_groups, replica_groups = _ep_groups(world, tc.ep_size)
         group = ep_groups[rank // tc.ep_size]
         for layer in model.moe_layers():
-            layer.experts = ExpertParallelExperts(layer.experts, group, rank % tc.ep_size, tc.ep_size)
+            expert_parallel_layer(layer, group, rank % tc.ep_size, tc.ep_size, tc.ep_overlap)
         model._ep_replica_group = replica_groups[rank % tc.ep_size]
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -99,8 +50,9 @@ def parallelize(model: nn.Module, tc: TrainConfig, rank: int, world: int) -> nn.
     mesh = init_device_mesh(next(model.parameters()).device.type, (world,))
     experts = {p for layer in model.moe_layers() for p in layer.experts.parameters()} if tc.ep_size > 1 else set()
     # FSDP2 cannot shard 0-d parameters (e.g. the bungee scalar): keep them replicated, averaged by hand.
-    scalars = {p for p in model.parameters() if p.ndim == 0}
-    model._replicated_params = sorted(scalars, key=id)
+    # In name order: every rank must all-reduce them in the same order (memory addresses differ).
+    model._replicated_params = [p for _, p in model.named_parameters() if p.ndim == 0]
+    scalars = set(model._replicated_params)
     ignored = experts | scalars
     for block in model.layers:
         fully_shard(block, mesh=mesh, ignored_params=ignored & set(block.parameters()) or None)

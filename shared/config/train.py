@@ -52,6 +52,11 @@ class TrainConfig(Section):
     workers: int = Field(1, ge=1, description="Training processes (Ray Train workers).")
     ep_size: int = Field(1, ge=1, description="Expert-parallel group size: routed experts are sharded over it.")
     dp_size: int = Field(1, ge=1, description="Data-parallel degree for dense/attention parameters (FSDP2).")
+    ep_overlap: bool = Field(
+        False,
+        description="EP only: send each MoE layer's tokens as two pipelined halves, hiding one half's all-to-all "
+        "behind the other's expert compute (and the shared experts behind the dispatch), forward and backward.",
+    )
     router_health: RouterHealthConfig = Field(default_factory=RouterHealthConfig, description="Router-health warnings.")
 
     @model_validator(mode="after")
@@ -60,4 +65,6 @@ class TrainConfig(Section):
             raise ValueError(f"dp_size ({self.dp_size}) must equal workers ({self.workers}): every worker is a DP rank")
         if self.workers % self.ep_size:
             raise ValueError(f"ep_size ({self.ep_size}) must divide workers ({self.workers})")
+        if self.ep_overlap and self.ep_size == 1:
+            raise ValueError("ep_overlap=true needs ep_size > 1: without expert parallel there is no all-to-all to overlap")
         return self

@@ -1,27 +1,38 @@
-"""Expert parallel and FSDP2 over 2 gloo processes give the 1-process loss and gradients."""
+"""Expert parallel and FSDP2 over 2 gloo processes give the 1-process loss and gradients, with and
+without the overlapped (two pipelined halves) expert all-to-all."""
 
 from __future__ import annotations
 
 import os
+from queue import Empty
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from services.trainer.parallel import finish_gradients, parallelize, sync_router_loads
-from shared.config import load_config
+from services.trainer.parallel import (
+    ExpertParallelExperts,
+    apply_block_options,
+    finish_gradients,
+    parallelize,
+    route_halves,
+    sync_router_loads,
+)
+from shared.config import ConfigError, load_config
+from shared.kernels.dispatch import route_by_expert
 from shared.model import MoETransformer
+from shared.model.experts import RoutedExperts
 
 STEPS = 3
 
 
-def _cfg(ep_size: int, workers: int):
+def _cfg(ep_size: int, workers: int, *extra: str):
     return load_config(None, [
         "model.vocab_size=128", "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1",
         "model.max_seq_len=32", "model.first_k_dense=0", "model.moe.n_routed_experts=4", "model.moe.top_k=2",
         "model.moe.expert_hidden=16", "model.moe.balance.bias_update_rate=0.01", "optim.name=adamw",
-        f"train.workers={workers}", f"train.dp_size={workers}", f"train.ep_size={ep_size}",
+        f"train.workers={workers}", f"train.dp_size={workers}", f"train.ep_size={ep_size}", *extra,
     ])
 
 
@@ -30,10 +41,11 @@ def _batches():
     return [torch.randint(0, 128, (4, 17), generator=g) for _ in range(STEPS)]
 
 
-def _run(rank: int, world: int, ep_size: int) -> dict:
-    cfg = _cfg(ep_size, world)
+def _run(rank: int, world: int, ep_size: int, extra: tuple[str, ...] = ()) -> dict:
+    cfg = _cfg(ep_size, world, *extra)
     torch.manual_seed(0)
     model = MoETransformer(cfg.model)
+    model = apply_block_options(model, cfg.train)
     model = parallelize(model, cfg.train, rank, world)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses, grads = [], []
@@ -66,24 +78,26 @@ def _full_grads(model) -> dict[str, torch.Tensor]:
             parts = [torch.empty_like(g) for _ in range(dist.get_world_size())]
             dist.all_gather(parts, g.contiguous())
             g = torch.cat(parts)
-        out[name] = g.detach().clone()
+        out[name.replace("_checkpoint_wrapped_module.", "")] = g.detach().clone()
     return out
 
 
-def _worker(rank, world, port, ep_size, queue):
+def _worker(rank, world, port, ep_size, variants, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        result = _run(rank, world, ep_size)
+        results = [_run(rank, world, ep_size, extra) for extra in variants]
         if rank == 0:  # numpy travels by value (tensors would need the sender alive)
-            result["grads"] = [{k: v.numpy() for k, v in g.items()} for g in result["grads"]]
-            queue.put(result)
+            for result in results:
+                result["grads"] = [{k: v.numpy() for k, v in g.items()} for g in result["grads"]]
+            queue.put(results)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def _spawn(ep_size: int) -> dict:
+def _spawn(ep_size: int, variants: list[tuple[str, ...]] | None = None) -> list[dict]:
+    """Run every variant (extra config overrides) in one pair of spawned gloo processes."""
     import socket
 
     with socket.socket() as s:
@@ -91,22 +105,97 @@ def _spawn(ep_size: int) -> dict:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, ep_size, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, ep_size, variants or [()], queue)) for r in range(2)]
     for p in procs:
         p.start()
-    result = queue.get(timeout=600)
+    results = None
+    for _ in range(600):  # poll, so a crashed worker fails the test at once instead of at the timeout
+        try:
+            results = queue.get(timeout=1)
+            break
+        except Empty:
+            assert all(p.exitcode in (None, 0) for p in procs), f"a worker failed: {[p.exitcode for p in procs]}"
+    assert results is not None, "workers timed out"
     for p in procs:
         p.join(timeout=300)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    result["grads"] = [{k: torch.from_numpy(v) for k, v in g.items()} for g in result["grads"]]
-    return result
+    for result in results:
+        result["grads"] = [{k: torch.from_numpy(v) for k, v in g.items()} for g in result["grads"]]
+    return results
+
+
+def _assert_same_run(got: dict, want: dict, what: str) -> None:
+    torch.testing.assert_close(torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=0, atol=1e-5,
+                               msg=f"{what}: losses")
+    for step, (g1, g2) in enumerate(zip(want["grads"], got["grads"], strict=True)):
+        for name in g1:
+            torch.testing.assert_close(g2[name], g1[name], rtol=1e-4, atol=1e-5, msg=f"{what}: step {step} {name}")
 
 
 @pytest.mark.parametrize("ep_size", [2, 1], ids=["ep2-fsdp2", "fsdp2-only"])
 def test_two_process_run_matches_one_process(ep_size):
     single = _run(0, 1, 1)
-    double = _spawn(ep_size)
-    torch.testing.assert_close(torch.tensor(double["losses"]), torch.tensor(single["losses"]), rtol=0, atol=1e-5)
-    for step, (g1, g2) in enumerate(zip(single["grads"], double["grads"], strict=True)):
-        for name in g1:
-            torch.testing.assert_close(g2[name], g1[name], rtol=1e-4, atol=1e-5, msg=f"step {step} {name}")
+    (double,) = _spawn(ep_size)
+    _assert_same_run(double, single, f"ep_size={ep_size}")
+
+
+def test_overlapped_expert_all_to_all_matches_plain_ep_and_one_process():
+    """train.ep_overlap pipelines two token halves (async all-to-all forward and backward, shared
+    experts during the dispatch): the same losses and gradients as plain EP and as one process,
+    also with activation checkpointing (the forward, collectives included, re-runs in backward);
+    with a capacity, the same drops as plain EP."""
+    overlap = ("train.ep_overlap=true",)
+    cap = ("model.moe.capacity_factor=1.0",)
+    plain, over, over_ckpt, plain_cap, over_cap = _spawn(2, [
+        (), overlap, (*overlap, "train.activation_checkpointing=true"), cap, (*overlap, *cap),
+    ])
+    single = _run(0, 1, 1)
+    _assert_same_run(over, single, "overlap vs 1 process")
+    _assert_same_run(over, plain, "overlap vs plain EP")
+    _assert_same_run(over_ckpt, plain, "overlap + activation checkpointing vs plain EP")
+    _assert_same_run(over_cap, plain_cap, "overlap vs plain EP with capacity")
+
+
+def test_ep_overlap_needs_expert_parallel():
+    with pytest.raises(ConfigError, match="ep_overlap=true needs ep_size > 1"):
+        _cfg(1, 2, "train.ep_overlap=true")
+    with pytest.raises(ConfigError, match="ep_overlap"):
+        _cfg(2, 2, "train.ep_overlap=sometimes")
+    assert _cfg(2, 2, "train.ep_overlap=true").train.ep_overlap
+    assert not _cfg(2, 2).train.ep_overlap
+
+
+@pytest.mark.parametrize("capacity", [None, 3], ids=["dropless", "capacity"])
+def test_halves_reproduce_the_full_routing(capacity):
+    """Each half keeps, in expert order, exactly the full routing's assignments of its tokens."""
+    idx_TK = torch.randint(0, 4, (11, 2), generator=torch.Generator().manual_seed(0))
+    full, (first, second) = route_halves(idx_TK, 4, capacity, 5)
+    assert torch.equal(full.order_A, route_by_expert(idx_TK, 4, capacity).order_A)
+    assert torch.equal(first.counts_E + second.counts_E, full.counts_E)
+    experts = idx_TK.reshape(-1)
+    for half, offset in ((first, 0), (second, 10)):
+        assert torch.equal(experts[half.order_A + offset], torch.sort(experts[half.order_A + offset], stable=True).values)
+    kept = torch.cat([first.order_A, second.order_A + 10]).sort().values
+    assert torch.equal(kept, full.order_A.sort().values)
+
+
+@pytest.mark.parametrize(("T", "capacity"), [(9, None), (9, 2), (1, None), (0, None)])
+def test_overlapped_layer_matches_plain_layer_in_one_process(tmp_path, T, capacity):
+    """A 1-rank EP group: odd and empty halves, capacity drops, outputs and gradients to 1e-6."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        full = RoutedExperts(4, 8, 6, "loop")
+        results = []
+        for overlap in (False, True):
+            layer = ExpertParallelExperts(full, dist.group.WORLD, 0, 1, overlap=overlap)
+            g = torch.Generator().manual_seed(1)
+            x = torch.randn(T, 8, generator=g, requires_grad=True)
+            w = torch.rand(T, 2, generator=g, requires_grad=True)
+            y, routing = layer(x, torch.randint(0, 4, (T, 2), generator=g), w, capacity)
+            (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+            results.append([y.detach(), x.grad, w.grad, layer.w1_EFD.grad, layer.w2_EDF.grad, routing.dropped])
+        for a, b in zip(*results, strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+    finally:
+        dist.destroy_process_group()

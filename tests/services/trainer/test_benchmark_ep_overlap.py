@@ -1,0 +1,30 @@
+"""Smoke test of benchmarks/ep_overlap.py: the quick run times EP with and without the overlapped
+all-to-all over 2 gloo processes and its last line is the result JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_ep_overlap_benchmark_quick_prints_both_times_and_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ep_overlap.py"), "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("step", "layer"):
+        for variant in ("no_overlap", "halves", "overlap"):
+            seconds = result[f"{name}_s_{variant}"]
+            assert seconds > 0 and math.isfinite(seconds)
+        assert result[f"{name}_blocked_s_overlap"] >= 0 and result[f"{name}_a2a_s"] > 0
+    assert result["ratio"] == pytest.approx(result["step_s_no_overlap"] / result["step_s_overlap"])
+    assert result["layer_ratio"] == pytest.approx(result["layer_s_no_overlap"] / result["layer_s_overlap"])
