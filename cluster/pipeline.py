@@ -51,6 +51,7 @@ def input_files(cfg: ExperimentConfig) -> list[str]:
 def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     from cluster.select import select_kept
     from services.data_filter.pipeline import run as run_filter
+    from services.scorer.heads import HEADS_VERSION
     from services.scorer.pipeline import calibrate_stage, label_stage, train_stage
     from services.scorer.scoring import run_scoring
     from services.trainer.launch import run_local, run_ray
@@ -76,7 +77,7 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
         Stage("label", lambda: label_stage(cfg), j(cfg.scorer.oracle), after=("filter",),
               outputs=(scorer_out / "labels.parquet",)),
         Stage("distill", lambda: train_stage(cfg),
-              {"heads": j(cfg.scorer.heads), "backbone": cfg.scorer.backbone,
+              {"heads": j(cfg.scorer.heads), "heads_version": HEADS_VERSION, "backbone": cfg.scorer.backbone,
                "layers": [cfg.scorer.probe_layer, cfg.scorer.judge_layer]}, after=("label",)),
         Stage("calibrate", lambda: calibrate_stage(cfg), j(cfg.scorer.calibration), after=("distill",)),
         Stage("score", lambda: run_scoring(cfg, filtered()), j(cfg.scorer.scoring), after=("calibrate",),

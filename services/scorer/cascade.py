@@ -5,6 +5,9 @@ enters layer L_probe or any later layer (the backbone counts layer calls, tests 
 after L_judge are never run. Documents are scored in length-sorted micro-batches to limit padding.
 Modes for comparison: `judge` (every document through L_judge, no Probe) and `probe` (stop at
 L_probe and keep on the Probe's score).
+
+The Judge reads the survivors' layer-L_judge sequence and their layer-L_probe states (kept from the
+first leg; heads.py says why): no backbone layer runs twice or beyond L_judge.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ def build_heads(blob: dict, width: int) -> dict:
         probe = Probe(width, n)
         probe.load_state_dict(h["probe"])
         judge = Judge(width, n, **h["judge_cfg"])
-        judge.load_state_dict(h["judge"])
+        try:
+            judge.load_state_dict(h["judge"])
+        except RuntimeError as e:
+            raise ValueError(f"heads.pt rubric {name!r}: the Judge's weights do not fit this version's Judge "
+                             f"(trained by an older moelab?); rerun `moelab score train`. {e}") from e
         heads[name] = (probe.eval(), judge.eval())
     return heads
 
@@ -78,9 +85,10 @@ class CascadeScorer:
         rubric_names = [rubric_for(k).name for k in kinds]
         for idx in length_buckets(texts, self.micro_batch):
             ids, am = self.bb.tokenize([texts[i] for i in idx], self.max_tokens)
-            st = self.bb.run(self.bb.embed(ids, am), self.probe_layer) if mode != "judge" else None
+            # every mode runs layers [0, L_probe) first: the Judge reads the layer-L_probe states too
+            st = self.bb.run(self.bb.embed(ids, am), self.probe_layer)
             survivors = list(range(len(idx)))
-            if st is not None:
+            if mode != "judge":
                 pooled = masked_mean(self.bb.features(st), am)
                 for name, rows in self._by_rubric(idx, range(len(idx)), rubric_names).items():
                     q = self._quality(self.heads[name][0].forward_pooled(pooled[rows]))
@@ -93,14 +101,13 @@ class CascadeScorer:
                     continue
                 if len(survivors) < len(idx):
                     st = self.bb.select(st, torch.as_tensor(survivors, device=ids.device))
-            else:
-                st = self.bb.embed(ids, am)
+            hp = self.bb.features(st)
             st = self.bb.run(st, self.judge_layer)
             h = self.bb.features(st)
             local = {j: k for k, j in enumerate(survivors)}
             for name, rows in self._by_rubric(idx, survivors, rubric_names).items():
                 sel = [local[j] for j in rows]
-                q = self._quality(self.heads[name][1](h[sel], st.attention_mask[sel]))
+                q = self._quality(self.heads[name][1](h[sel], st.attention_mask[sel], hp[sel]))
                 judge_q[[idx[j] for j in rows]] = q
         quality = np.where(np.isnan(judge_q), probe_q, judge_q)
         tau = np.array([self.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])

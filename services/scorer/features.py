@@ -1,7 +1,8 @@
 """Backbone features for head training, cached on disk so training never reruns the backbone.
 
-For each labelled document: the masked mean of layer-L_probe hidden states (all the Probe needs)
-and the unpadded layer-L_judge sequence in float16 (what the Judge attends over). Documents go
+For each labelled document: the masked mean of layer-L_probe hidden states (all the Probe needs),
+and the unpadded layer-L_judge and layer-L_probe sequences in float16 (what the Judge attends
+over; see heads.py for why it reads both). Documents go
 through the backbone in length-sorted micro-batches to limit padding. The cache file records the
 backbone, layers and token budget; a mismatch recomputes instead of reusing stale features.
 """
@@ -29,19 +30,23 @@ def extract(bb: LayerwiseBackbone, texts: list[str], probe_layer: int, judge_lay
     n = len(texts)
     pooled = torch.zeros(n, bb.width)
     seqs: list[torch.Tensor | None] = [None] * n
+    probe_seqs: list[torch.Tensor | None] = [None] * n
     for idx in length_buckets(texts, micro_batch):
         ids, am = bb.tokenize([texts[i] for i in idx], max_tokens)
         st = bb.run(bb.embed(ids, am), probe_layer)
-        p = masked_mean(bb.features(st).float(), am).cpu()
+        hp = bb.features(st).float()
+        p = masked_mean(hp, am).cpu()
+        hp = hp.cpu()
         st = bb.run(st, judge_layer)
         h = bb.features(st).float().cpu()
         lens = am.sum(1).tolist()
         for j, i in enumerate(idx):
             pooled[i] = p[j]
             seqs[i] = h[j, : lens[j]].to(torch.float16).clone()
+            probe_seqs[i] = hp[j, : lens[j]].to(torch.float16).clone()
         if progress is not None:
             progress.update(len(idx))
-    return {"pooled": pooled, "seqs": seqs}
+    return {"pooled": pooled, "seqs": seqs, "probe_seqs": probe_seqs}
 
 
 def cached_extract(path: str | Path, meta: dict, ids: list[str], compute) -> dict:

@@ -135,7 +135,7 @@ def _load_labels(cfg) -> pa.Table:
 
 def _features(cfg, bb: LayerwiseBackbone, rubric: str, ids: list[str], texts: list[str], layers) -> dict:
     meta = {"backbone": cfg.scorer.backbone, "probe_layer": layers[0], "judge_layer": layers[1],
-            "max_tokens": cfg.scorer.heads.max_tokens}
+            "max_tokens": cfg.scorer.heads.max_tokens, "contents": "pooled+seqs+probe_seqs"}
     path = Path(cfg.scorer.out_dir) / "features" / f"{rubric}.pt"
 
     def compute():

@@ -3,6 +3,8 @@
 Targets are the rubric dimensions divided by the scale maximum; the loss is MSE (see heads.py for
 why regression). AdamW, shuffled mini-batches, evaluation on the validation split each epoch; the
 best epoch's weights are restored when validation loss has not improved for `patience` epochs.
+The Judge's skip path is a linear probe and trains at the Probe's learning rate (`heads.lr`); its
+encoder path at `heads.judge_lr`.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def _forward(head: nn.Module, kind: str, feats: dict, rows: np.ndarray) -> torch
     if kind == "probe":
         return head.forward_pooled(feats["pooled"][torch.as_tensor(rows)])
     x, m = pad_seqs([feats["seqs"][i] for i in rows])
-    return head(x, m)
+    xp, _ = pad_seqs([feats["probe_seqs"][i] for i in rows])
+    return head(x, m, xp)
 
 
 def predict(head: nn.Module, kind: str, feats: dict, rows: np.ndarray, bs: int = 64) -> np.ndarray:
@@ -65,7 +68,13 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
     n_dims = targets.shape[1]
     head = Probe(width, n_dims) if kind == "probe" else Judge(width, n_dims, hcfg.judge_dim, hcfg.judge_layers,
                                                               hcfg.judge_heads)
-    opt = torch.optim.AdamW(head.parameters(), lr=hcfg.lr if kind == "probe" else hcfg.judge_lr, weight_decay=hcfg.weight_decay)
+    if kind == "probe":
+        groups = [{"params": list(head.parameters()), "lr": hcfg.lr}]
+    else:
+        named = list(head.named_parameters())
+        groups = [{"params": [p for n, p in named if n.startswith(Judge.SKIP_PREFIX)], "lr": hcfg.lr},
+                  {"params": [p for n, p in named if not n.startswith(Judge.SKIP_PREFIX)], "lr": hcfg.judge_lr}]
+    opt = torch.optim.AdamW(groups, weight_decay=hcfg.weight_decay)
     y = torch.as_tensor(targets, dtype=torch.float32)
     rng = np.random.default_rng(hcfg.seed)
     best = (float("inf"), 0, copy.deepcopy(head.state_dict()))

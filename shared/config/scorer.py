@@ -44,8 +44,10 @@ class HeadsConfig(Section):
     judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
     judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
     judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")
-    lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe.")
-    judge_lr: float = Field(3e-4, gt=0, le=1, description="AdamW learning rate of the Judge (lower: it overfits fast).")
+    lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe and of the Judge's linear skip path.")
+    judge_lr: float = Field(
+        3e-4, gt=0, le=1, description="AdamW learning rate of the Judge's encoder path (lower: it overfits fast)."
+    )
     weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
     batch_size: int = Field(32, ge=1, le=4096, description="Documents per head-training step.")
     max_epochs: int = Field(60, ge=1, le=10_000, description="Upper bound on training epochs.")

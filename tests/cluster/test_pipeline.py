@@ -80,3 +80,21 @@ def test_pipeline_runs_every_stage_then_skips_them_and_reruns_only_what_a_knob_c
     changed = run_pipeline(_config(tmp_path, "scorer.calibration.keep_rate_web=0.5"), log=lambda *_: None)
     skipped = {name for name, s in changed["stages"].items() if s["skipped"]}
     assert skipped == {"filter", "label", "distill"}
+
+
+def test_a_new_heads_version_reruns_distill_and_what_follows_it(tmp_path, monkeypatch):
+    """Old heads.pt files must not be loaded by a changed Judge: the distill key names HEADS_VERSION."""
+    from cluster.pipeline import build_stages
+    from cluster.stages import StageResult, StageRunner
+    from services.scorer import heads
+
+    def keys() -> dict[str, str]:
+        runner = StageRunner(tmp_path)
+        for stage in build_stages(_config(tmp_path)):
+            runner.results[stage.name] = StageResult(stage.name, runner.key_of(stage), {}, 0.0, skipped=True)
+        return {name: r.key for name, r in runner.results.items()}
+
+    before = keys()
+    monkeypatch.setattr(heads, "HEADS_VERSION", heads.HEADS_VERSION + 1)
+    after = keys()
+    assert [s for s in STAGES if before[s] != after[s]] == ["distill", "calibrate", "score", "tokenize", "train"]

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from services.scorer.features import cached_extract, extract, length_buckets, pad_seqs
-from services.scorer.heads import Judge
+from services.scorer.heads import Judge, masked_mean
 from services.scorer.train import split_indices, train_head
 
 
@@ -38,15 +38,30 @@ def test_extract_matches_batch_of_one(minilm):
     single = extract(minilm, texts[:1], 2, 3, 32, micro_batch=1)
     torch.testing.assert_close(feats["pooled"][0], single["pooled"][0], rtol=1e-4, atol=1e-4)
     assert feats["seqs"][0].shape[0] < feats["seqs"][1].shape[0]  # padding is not stored
+    for seq, probe_seq in zip(feats["seqs"], feats["probe_seqs"], strict=True):  # the Judge reads both layers
+        assert seq.shape == probe_seq.shape and not torch.equal(seq, probe_seq)
+
+
+def test_judge_starts_as_a_linear_probe_on_the_probe_layer():
+    """The encoder path's output layer is zero-initialised: before training the Judge is its skip path."""
+    torch.manual_seed(0)
+    judge = Judge(8, 3, dim=16, layers=2, heads=2).eval()
+    x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
+    xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
+    torch.testing.assert_close(judge(x, m, xp), judge.skip(masked_mean(xp, m)))
 
 
 def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
     torch.manual_seed(0)
     judge = Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0).eval()
+    torch.nn.init.normal_(judge.out.weight)  # zero at init (the Judge starts as its skip): wake the encoder path
     x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
-    x2 = x.clone()
-    x2[0, 3:] = 99.0  # garbage in the padding must not change the output
-    torch.testing.assert_close(judge(x, m), judge(x2, m))
+    xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
+    x2, xp2 = x.clone(), xp.clone()
+    x2[0, 3:] = 99.0  # garbage in the padding of either layer must not change the output
+    xp2[0, 3:] = -99.0
+    torch.testing.assert_close(judge(x, m, xp), judge(x2, m, xp2))
+    assert not torch.allclose(judge(x, m, xp), judge(x + 1.0, m, xp))  # the layer-L_judge sequence matters
 
     rng = np.random.default_rng(0)
     pooled = torch.as_tensor(rng.normal(size=(60, 8)), dtype=torch.float32)
