@@ -12,7 +12,14 @@ only loosely (5e-2).
     .venv/bin/python benchmarks/moe_layer.py --quick    # a small smoke run
     .venv/bin/python benchmarks/moe_layer.py --gpu      # proxy-7b2a layer shape, bf16, our backends
 
-Last line: JSON with `ratio` (our speed / HF's fastest) and `ratio_torchtitan` (ours / torchtitan).
+Ours runs as `auto` picks on CPU: at the default shape the routed path fused per expert
+(`shared.kernels.fused_experts`), with fp32 GEMMs on
+oneDNN (`shared.kernels.cpu_gemm`; torch's `mm` is MKL, which runs its AVX2 code on AMD CPUs).
+To show what each step buys, it is also timed with torch's `mm` for every GEMM (`ours_mkl`) and
+unfused with torch's `mm` (`ours_unfused`: whole-tensor permute, grouped GEMMs, combine).
+
+Last line: JSON with `ratio` (our speed / HF's fastest), `ratio_mkl` and `ratio_unfused` (those
+variants / HF's fastest) and `ratio_torchtitan` (ours / torchtitan).
 """
 
 from __future__ import annotations
@@ -30,11 +37,14 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
 
 from shared.config.model import MoEConfig  # noqa: E402
 from shared.kernels import grouped_mm  # noqa: E402
+from shared.kernels.cpu_gemm import cpu_gemm_library, use_cpu_gemm  # noqa: E402
+from shared.kernels.dispatch import runs_fused  # noqa: E402
 from shared.model.moe import MoELayer  # noqa: E402
 
 
@@ -114,110 +124,91 @@ def build_torchtitan(ours: MoELayer, d: int):
     return tt
 
 
-def _run(layer, x, g, ours: bool):
-    out = layer(x)
-    y = out[0] if ours else out
-    y.backward(g)
-    return y
+def fwd_bwd(layer, x: torch.Tensor, g: torch.Tensor, ours: bool, cpu_gemm: str = "auto") -> Callable[[], None]:
+    """One forward + backward of `layer` on x with output gradient g, gradients cleared first.
 
+    `cpu_gemm` is the library our CPU GEMMs use meanwhile (`shared.kernels.cpu_gemm`).
+    """
+    params = list(layer.parameters())
 
-def time_layer(layer, x, g, ours: bool, repeats: int) -> float:
-    """Median seconds of one forward+backward (after one warm-up)."""
-    params = [p for p in layer.parameters()]
-    times = []
-    for i in range(repeats + 1):
+    def run() -> None:
         for p in params:
             p.grad = None
         x.grad = None
+        with use_cpu_gemm(cpu_gemm):
+            out = layer(x)
+            (out[0] if ours else out).backward(g)
         if x.is_cuda:
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        _run(layer, x, g, ours)
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        if i:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+
+    return run
 
 
-def gemm_floor(ours: MoELayer, x: torch.Tensor, repeats: int) -> float:
-    """Median seconds of only the layer's GEMMs (routed w13/w2 and shared expert, fwd + bwd).
+def time_interleaved(contenders: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    """Median seconds of each contender over `repeats` rounds, after one warm-up round.
 
-    Same shapes and per-expert row counts as the real forward, no routing, gathers or
-    activations: no implementation of this layer built from these GEMMs can be faster, so HF's
-    time / this floor bounds the `ratio` any implementation could reach at this precision.
+    Each round runs every contender once, so a slow spell on a shared machine slows all of them
+    alike instead of whichever happened to be timing then; the ratios are what stays steady.
     """
-    T, D = x.shape[1], x.shape[2]
-    with torch.no_grad():
-        idx = ours.router(x.view(T, D)).idx_TK
-    counts = torch.bincount(idx.reshape(-1), minlength=ours.cfg.n_routed_experts)
-    A, F = idx.numel(), ours.cfg.expert_hidden
-    ex, sh = ours.experts, ours.shared
-    leaf = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
-    a, hid = leaf(A, D), leaf(A, F)
-    w13 = torch.cat([ex.w1_EFD, ex.w3_EFD], dim=1).detach().requires_grad_()
-    w2 = ex.w2_EDF.detach().requires_grad_()
-    xs = leaf(T, D)
-    shared_w = [m.weight.detach().requires_grad_() for m in (sh.w1, sh.w3, sh.w2)] if sh is not None else []
-
-    def run() -> None:
-        grouped_mm(a, w13, counts).sum().backward()
-        grouped_mm(hid, w2, counts).sum().backward()
-        if shared_w:
-            w1s, w3s, w2s = shared_w
-            h = torch.nn.functional.linear(xs, w1s) + torch.nn.functional.linear(xs, w3s)
-            torch.nn.functional.linear(h, w2s).sum().backward()
-
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in contenders}
     for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        run()
-        if i:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, run in contenders.items():
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            run()
+            if i:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _check_close(name: str, layer, x: torch.Tensor, ref: torch.Tensor, tol: float, note: str = "") -> None:
+    with torch.no_grad():
+        diff = (layer(x) - ref).abs().max().item()
+    if diff > tol:
+        raise SystemExit(f"{name} output differs from ours by {diff:.2e} (> {tol:g}); not timing a different function")
+    print(f"{name}: max |Δ| vs ours {diff:.1e}{note}", flush=True)
 
 
 def cpu_bench(args) -> dict:
     torch.set_num_threads(args.threads) if args.threads else None
-    ours = build_ours(args.d_model, args.experts, args.hidden, args.top_k, args.shared, "auto")
+    shape = (args.d_model, args.experts, args.hidden, args.top_k, args.shared)
+    ours = build_ours(*shape, "auto")
+    unfused = build_ours(*shape, "loop")  # same seed, same weights: the layer before fusion and oneDNN
     x = torch.randn(1, args.tokens, args.d_model, generator=torch.Generator().manual_seed(1), requires_grad=True)
     g = torch.randn(1, args.tokens, args.d_model, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         ref = ours(x)[0]
-    result: dict = {"tokens": args.tokens, "d_model": args.d_model, "experts": args.experts, "hidden": args.hidden,
-                    "top_k": args.top_k, "threads": torch.get_num_threads()}
-    hf_times = {}
+        torch.testing.assert_close(unfused(x)[0], ref, atol=1e-5, rtol=1e-5)
+    path = "fused" if runs_fused("auto", x[0], args.tokens * args.top_k, ours.experts.w1_EFD, grouped_mm) else "loop"
+    gemm = cpu_gemm_library()
+    contenders = {"ours": fwd_bwd(ours, x, g, True), "ours_mkl": fwd_bwd(ours, x, g, True, "mkl"),
+                  "ours_unfused": fwd_bwd(unfused, x, g, True, "mkl")}
     for impl in ("grouped_mm", "eager"):
         hf = build_hf(ours, args.d_model, impl)
-        with torch.no_grad():
-            diff = (hf(x) - ref).abs().max().item()
-        if diff > 1e-4:
-            raise SystemExit(f"HF {impl} output differs from ours by {diff:.2e} (> 1e-4); not timing a different function")
-        hf_times[impl] = time_layer(hf, x, g, False, args.repeats)
-        print(f"hf[{impl}]: {hf_times[impl] * 1e3:.1f} ms  (max |Δ| vs ours {diff:.1e})", flush=True)
-    t_ours = time_layer(ours, x, g, True, args.repeats)
-    print(f"ours[{ours.experts.backend}]: {t_ours * 1e3:.1f} ms", flush=True)
-    best_impl = min(hf_times, key=hf_times.get)
-    floor = gemm_floor(ours, x, args.repeats)
-    print(f"GEMMs alone (floor): {floor * 1e3:.1f} ms -> no implementation beats HF by more than "
-          f"{hf_times[best_impl] / floor:.2f}x at fp32", flush=True)
-    result.update({"ours_s": t_ours, **{f"hf_{k}_s": v for k, v in hf_times.items()}, "hf_fastest": best_impl,
-                   "gemm_floor_s": floor, "ratio_bound": hf_times[best_impl] / floor,
-                   "ratio": hf_times[best_impl] / t_ours})
+        _check_close(f"hf[{impl}]", hf, x, ref, 1e-4)
+        contenders[f"hf_{impl}"] = fwd_bwd(hf, x, g, False)
     try:
         tt = build_torchtitan(ours, args.d_model)
     except ImportError as exc:
         print(f"torchtitan not installed ({exc}); `pip install -e '.[bench]'` to compare", flush=True)
-        result["ratio_torchtitan"] = None
     else:
-        with torch.no_grad():
-            diff = (tt(x) - ref).abs().max().item()
-        if diff > 5e-2:
-            raise SystemExit(f"torchtitan output differs from ours by {diff:.2e} (> 5e-2)")
+        _check_close("torchtitan[fp32 grouped_mm]", tt, x, ref, 5e-2, " (its bf16 input casts)")
         tt.tokens_per_expert_E.zero_()
-        t_tt = time_layer(tt, x, g, False, args.repeats)
-        print(f"torchtitan[fp32 grouped_mm]: {t_tt * 1e3:.1f} ms  (max |Δ| vs ours {diff:.1e}, bf16 input casts)")
-        result.update({"torchtitan_s": t_tt, "ratio_torchtitan": t_tt / t_ours})
+        contenders["torchtitan"] = fwd_bwd(tt, x, g, False)
+    t = time_interleaved(contenders, args.repeats)
+    labels = {"ours": f"ours[auto -> {path}, {gemm} GEMMs]", "ours_mkl": f"ours[auto -> {path}, torch.mm GEMMs]",
+              "ours_unfused": "ours[loop, unfused, torch.mm GEMMs]"}
+    for name, seconds in t.items():
+        print(f"{labels.get(name, name)}: {seconds * 1e3:.1f} ms", flush=True)
+    best_impl = min(("grouped_mm", "eager"), key=lambda k: t[f"hf_{k}"])
+    hf_best = t[f"hf_{best_impl}"]
+    result: dict = {"tokens": args.tokens, "d_model": args.d_model, "experts": args.experts, "hidden": args.hidden,
+                    "top_k": args.top_k, "threads": torch.get_num_threads(), "ours_path": path, "cpu_gemm": gemm,
+                    **{f"{name}_s": seconds for name, seconds in t.items()}, "hf_fastest": best_impl,
+                    "ratio": hf_best / t["ours"], "ratio_mkl": hf_best / t["ours_mkl"],
+                    "ratio_unfused": hf_best / t["ours_unfused"],
+                    "ratio_torchtitan": t["torchtitan"] / t["ours"] if "torchtitan" in t else None}
     print(f"ours vs HF fastest ({best_impl}): {result['ratio']:.2f}x; vs torchtitan: {result['ratio_torchtitan']}")
     return result
 
@@ -229,11 +220,12 @@ def gpu_bench(args) -> dict:
     result: dict = {"shape": f"d{d} E{E} F{F} top{K} shared{S} T{T} bf16"}
     x = torch.randn(1, T, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn_like(x)
-    for backend in ("loop", "grouped_mm", "triton"):
-        layer = build_ours(d, E, F, K, S, backend).cuda().to(torch.bfloat16)
-        t = time_layer(layer, x, g, True, args.repeats)
-        result[f"{backend}_tokens_per_s"] = T / t
-        print(f"ours[{backend}]: {t * 1e3:.2f} ms, {T / t:,.0f} tokens/s", flush=True)
+    backends = ("loop", "grouped_mm", "triton")
+    layers = {b: build_ours(d, E, F, K, S, b).cuda().to(torch.bfloat16) for b in backends}
+    t = time_interleaved({b: fwd_bwd(layer, x, g, True) for b, layer in layers.items()}, args.repeats)
+    for backend in backends:
+        result[f"{backend}_tokens_per_s"] = T / t[backend]
+        print(f"ours[{backend}]: {t[backend] * 1e3:.2f} ms, {T / t[backend]:,.0f} tokens/s", flush=True)
     result["ratio"] = result["grouped_mm_tokens_per_s"] / result["loop_tokens_per_s"]
     result["ratio_triton"] = result["triton_tokens_per_s"] / result["loop_tokens_per_s"]
     return result

@@ -38,8 +38,10 @@ class MoEConfig(Section):
     capacity_factor: float | None = Field(
         None, gt=0.0, le=64.0, description="Per-expert capacity as a multiple of the even share; None = dropless."
     )
-    dispatch_backend: Literal["loop", "grouped_mm", "triton", "auto"] = Field(
-        "auto", description="Expert dispatch kernel: loop (reference), grouped_mm (torch._grouped_mm), triton, auto."
+    dispatch_backend: Literal["loop", "grouped_mm", "triton", "fused", "auto"] = Field(
+        "auto",
+        description="Expert dispatch kernel: loop (reference), grouped_mm (torch._grouped_mm), triton, "
+        "fused (whole routed path per expert), auto (grouped_mm on CUDA; on CPU fused for large layers, else loop).",
     )
     bungee: bool = Field(True, description="Learnable scalar on the experts' pre-output norm, initialised at bungee_init.")
     bungee_init: float = Field(2.0, gt=0.0, le=100.0, description="Initial value of the bungee scalar.")

@@ -15,6 +15,10 @@ same saved tensors and lets the precision code wrap one differentiable function.
 - `grouped_mm`: `torch._grouped_mm` with cumulative offsets; no host sync. Needs 16-byte aligned
   strides (inner sizes a multiple of 16 bytes), checked with a clear error.
 - `triton`: the kernels in `shared.kernels.triton_gmm` (runs on CPU under `TRITON_INTERPRET=1`).
+
+`fused` is a backend of the whole routed-expert path (`shared.kernels.fused_experts`), not of a
+lone grouped GEMM: a grouped GEMM asked for under it (expert parallelism's received rows, or the
+unfused path) runs as `loop`.
 """
 
 from __future__ import annotations
@@ -25,14 +29,18 @@ import torch
 from torch import Tensor
 
 BACKENDS = ("loop", "grouped_mm", "triton")
+DISPATCH_BACKENDS = (*BACKENDS, "fused")
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """`auto` picks the fastest backend measured for the device: `loop` on CPU, `grouped_mm` on CUDA."""
+    """The grouped GEMM to run: `auto` picks the fastest measured for the device (`loop` on CPU,
+    `grouped_mm` on CUDA); `fused` (a whole-path backend) runs its lone grouped GEMMs as `loop`."""
     if backend == "auto":
         return "grouped_mm" if device.type == "cuda" else "loop"
+    if backend == "fused":
+        return "loop"
     if backend not in BACKENDS:
-        raise ValueError(f"unknown dispatch backend {backend!r}; choose one of {list(BACKENDS)} or 'auto'")
+        raise ValueError(f"unknown dispatch backend {backend!r}; choose one of {list(DISPATCH_BACKENDS)} or 'auto'")
     if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
             "the triton backend needs a CUDA device, or TRITON_INTERPRET=1 in the environment to run on CPU"

@@ -108,7 +108,7 @@ def _swap_linears(
     for name, child in list(module.named_children()):
         if name in skip:
             continue
-        if type(child) is nn.Linear:
+        if isinstance(child, nn.Linear) and not isinstance(child, LowPrecisionLinear):
             runner = _fresh_runner(te)  # each layer its own TE module (its own delayed-scaling history)
             setattr(module, name, LowPrecisionLinear.wrap(child, recipe, runner, require_te))
             swapped += 1

@@ -13,7 +13,7 @@ from shared.kernels.reference import naive_moe_experts
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the triton backend runs on CPU through its interpreter
 
-BACKENDS = ["loop", "grouped_mm", "triton"]
+BACKENDS = ["loop", "grouped_mm", "triton", "fused"]
 # (tokens, d_model, expert width, experts, top_k): top_k = 1 and top_k = n_experts included.
 SHAPES = [(7, 8, 12, 4, 1), (16, 16, 8, 4, 4), (33, 24, 16, 6, 2), (5, 12, 20, 8, 3)]
 
@@ -62,16 +62,77 @@ def test_capacity_drops_late_tokens_and_counts_them():
     assert routing.order_A.tolist() == [0, 1, 3]  # token 2 (third for expert 0) is dropped
 
 
-def test_dropped_assignment_contributes_zero():
+@pytest.mark.parametrize("backend", ["loop", "fused"])
+def test_dropped_assignment_contributes_zero(backend):
     D, F, E = 8, 8, 2
     x = torch.randn(3, D)
     w1, w3, w2 = (w.detach() for w in _weights(E, F, D, 5))
     idx = torch.tensor([[0], [0], [1]])
     wts = torch.ones(3, 1)
-    out, routing = moe_experts_forward(x, idx, wts, w1, w3, w2, backend="loop", capacity=1)
+    out, routing = moe_experts_forward(x, idx, wts, w1, w3, w2, backend=backend, capacity=1)
     ref = naive_moe_experts(x, idx, wts, w1, w3, w2)
     assert torch.equal(out[1], torch.zeros(D))
     torch.testing.assert_close(out[[0, 2]], ref[[0, 2]])
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_fused_matches_loop_with_capacity_idle_experts_and_frozen_inputs(capacity):
+    """Drops, experts that get no row (their weight gradients must be zero, not garbage), and
+    inputs that need no gradient (the fused backward skips them) all agree with the loop path."""
+    T, D, F, E, K = 12, 8, 12, 6, 2
+    x = torch.randn(T, D, generator=torch.Generator().manual_seed(11))
+    w1, w3, w2 = _weights(E, F, D, 12)
+    idx, wts = _routing(T, E, K, 13)
+    idx = idx % 4  # experts 4 and 5 get nothing
+    idx[:, 1] = (idx[:, 0] + 1) % 4
+    for x_grad, wts_grad in [(True, True), (False, True), (True, False)]:
+        xi, wi = x.clone().requires_grad_(x_grad), wts.detach().clone().requires_grad_(wts_grad)
+        outs, grads = [], []
+        for backend in ("loop", "fused"):
+            out, routing = moe_experts_forward(xi, idx, wi, w1, w3, w2, backend=backend, capacity=capacity)
+            inputs = [t for t in (xi, wi, w1, w3, w2) if t.requires_grad]
+            outs.append(out)
+            grads.append(torch.autograd.grad(out, inputs, torch.ones_like(out)))
+        assert int(routing.dropped) > 0
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-6, rtol=1e-5)
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        assert torch.equal(grads[1][-1][4:], torch.zeros_like(grads[1][-1][4:]))
+
+
+def test_fused_with_onednn_gemms_matches_reference_at_a_realistic_size():
+    """Per-expert GEMMs big enough for `cpu_gemm` to take oneDNN (the small shapes above stay on
+    torch's `mm`): the fast library must give the same function and gradients."""
+    T, D, F, E, K = 512, 256, 128, 4, 2
+    x = torch.randn(T, D, generator=torch.Generator().manual_seed(14)).requires_grad_()
+    w1, w3, w2 = _weights(E, F, D, 15)
+    idx, wts = _routing(T, E, K, 16)
+    with torch.profiler.profile() as prof:
+        out, _ = moe_experts_forward(x, idx, wts, w1, w3, w2, backend="fused")
+    from shared.kernels.cpu_gemm import onednn_available
+
+    assert not onednn_available() or "mkldnn::_linear_pointwise" in {e.name for e in prof.events()}
+    ref = naive_moe_experts(x, idx, wts, w1, w3, w2)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    g = torch.randn(T, D, generator=torch.Generator().manual_seed(17))
+    inputs = (x, wts, w1, w3, w2)
+    for a, b in zip(torch.autograd.grad(out, inputs, g), torch.autograd.grad(ref, inputs, g), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_auto_runs_fused_on_cpu_for_big_enough_expert_gemms():
+    from shared.kernels.dispatch import FUSE_MIN_EXPERT_MACS, runs_fused
+
+    x, w1 = torch.randn(4, 512), torch.empty(64, 128, 512)  # 64 experts, width 128, d 512
+    big = FUSE_MIN_EXPERT_MACS * 64 // (512 * 128)  # assignments putting one expert's GEMM at the threshold
+    assert runs_fused("auto", x, big + 64, w1, grouped_mm) and not runs_fused("auto", x, big, w1, grouped_mm)
+    assert runs_fused("fused", x, 4, w1, grouped_mm) and not runs_fused("loop", x, 4 * big, w1, grouped_mm)
+    assert not runs_fused("auto", x.to("meta"), 4 * big, w1, grouped_mm)  # not a CPU tensor
+    wrapper = lambda x, w, c, b: grouped_mm(x, w, c, b)  # noqa: E731 - a precision wrapper's stand-in
+    assert not runs_fused("auto", x, 4 * big, w1, wrapper) and not runs_fused("fused", x, 4, w1, wrapper)
+    # A lone grouped GEMM under `fused` (expert parallelism, precision wrappers) runs as `loop`.
+    x, w, counts = torch.randn(4, 8), torch.randn(2, 4, 8), torch.tensor([3, 1])
+    assert torch.equal(grouped_mm(x, w, counts, "fused"), grouped_mm(x, w, counts, "loop"))
 
 
 def test_grouped_mm_rejects_bad_shapes_and_backends():
@@ -102,10 +163,11 @@ def test_gpu_backends_match_loop_in_bf16_and_fp32(backend):
             torch.testing.assert_close(a, b, atol=tol * 10, rtol=tol)
 
 
-def test_experts_run_through_a_swappable_grouped_mm():
+@pytest.mark.parametrize("backend", ["loop", "auto", "fused"])
+def test_experts_run_through_a_swappable_grouped_mm(backend):
     from shared.model.experts import RoutedExperts
 
-    experts = RoutedExperts(4, 8, 8, backend="loop")
+    experts = RoutedExperts(4, 8, 8, backend=backend)
     calls = []
 
     def counting_gmm(x, w, counts, backend):

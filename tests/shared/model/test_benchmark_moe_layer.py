@@ -20,9 +20,12 @@ def test_moe_layer_benchmark_quick_prints_ratios():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["ratio"] > 0
+    assert result["ratio"] > 0 and result["ratio_mkl"] > 0 and result["ratio_unfused"] > 0
     assert "ratio_torchtitan" in result
     assert result["hf_fastest"] in ("grouped_mm", "eager")
+    best = result[f"hf_{result['hf_fastest']}_s"]
+    assert result["ratio"] == pytest.approx(best / result["ours_s"])
+    assert result["ours_path"] == "loop"  # the quick shape's expert GEMMs are too small to fuse
 
 
 @pytest.mark.gpu

@@ -62,8 +62,9 @@ def test_tiny_model_overfits_a_small_batch(config):
     assert losses[-1] < 0.2 * losses[0], f"{config}: loss {losses[0]:.3f} -> {losses[-1]:.3f}"
 
 
-def test_two_runs_same_seed_are_bitwise_equal():
-    cfg = _tiny()
+@pytest.mark.parametrize("backend", ["auto", "fused"])
+def test_two_runs_same_seed_are_bitwise_equal(backend):
+    cfg = _tiny(**{"moe.dispatch_backend": backend})
     m1, l1 = _train(cfg, steps=3, seed=7)
     m2, l2 = _train(cfg, steps=3, seed=7)
     assert l1 == l2

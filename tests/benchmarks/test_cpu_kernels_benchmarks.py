@@ -1,0 +1,35 @@
+"""Smoke tests of benchmarks/cpu_gemm.py and benchmarks/expert_fusion.py: quick runs end with their JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _quick(script: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_cpu_gemm_quick_reports_both_libraries_per_shape():
+    result = _quick("cpu_gemm.py")
+    assert result["ratio"] > 0 and result["library"] in ("onednn", "mkl")
+    assert len(result["gflops"]) == 6
+    assert all(v["torch.mm"] > 0 and v["mm_nt"] > 0 for v in result["gflops"].values())
+
+
+def test_expert_fusion_quick_reports_speedups_and_autos_choice():
+    result = _quick("expert_fusion.py")
+    assert result["shapes"] == len(result["speedups"]) == 2
+    assert all(s > 0 for s in result["speedups"].values())
+    assert 0 <= result["auto_right"] <= result["shapes"]
+    assert result["ratio"] is None  # auto fuses neither quick shape: their expert GEMMs are tiny
+
