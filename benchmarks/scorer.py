@@ -1,8 +1,10 @@
 """Scorer benchmark: the early-exit cascade vs the Judge alone vs the Probe alone, and 1 vs 2 CPU actors.
 
 All measured in one run on the same documents (prose from pydoc_data, code from the stdlib):
-1. label a sample with the heuristic stand-in oracle, train the heads, calibrate (τ_keep, τ_drop);
-2. score the held-back documents in-process three ways, timing each and counting backbone FLOPs;
+1. label a sample with the heuristic stand-in oracle, train the heads, calibrate (τ_keep, τ_drop)
+   on a third set of unlabelled documents;
+2. score the held-back documents in-process three ways, timing each and counting backbone FLOPs
+   (neither the heads nor the thresholds saw them, so `keeper_loss` is what a new corpus gets);
 3. score the same documents as Parquet shards on Ray Data with a pool of 1 and of 2 actors.
 `ratio` = cascade docs/s ÷ Judge-only docs/s (> 1: the cascade is faster). `flops_saved` is the
 fraction of backbone FLOPs the cascade skips at the calibrated τ_drop; `keeper_loss` the fraction
@@ -47,6 +49,12 @@ def main() -> None:
 
     docs = python_docs(n, n, seed=11)
     labelled, held = docs[: n // 2] + docs[n : n + n // 2], docs[n // 2 : n] + docs[n + n // 2 :]
+    # Unlabelled calibration documents, none of the above: enough for ≥ 99 keepers per rubric at
+    # the default 1% keeper loss (τ_drop skips nothing with fewer), fewer in --quick.
+    seen = {d["text"] for d in docs}
+    fresh = [d for d in python_docs(738, 900, seed=12) if d["text"] not in seen]
+    n_cal = {"web": 100, "code": 100} if args.quick else {"web": 400, "code": 250}
+    calib = [{**d, "id": f"cal-{d['id']}"} for kind, k in n_cal.items() for d in [x for x in fresh if x["kind"] == kind][:k]]
     tmp = Path(tempfile.mkdtemp(prefix="bench-scorer-"))
     cfg = ExperimentConfig()
     cfg.tracker.mode = "disabled"
@@ -55,10 +63,13 @@ def main() -> None:
     h.max_tokens, h.judge_dim, h.judge_heads = 128, 64, 4
     h.max_epochs, h.patience = (8, 3) if args.quick else (40, 6)
     cfg.scorer.oracle.sample_size = len(labelled)
-    print(f"oracle=heuristic (stand-in); labelling {len(labelled)} documents, scoring {len(held)}", flush=True)
+    print(f"oracle=heuristic (stand-in); labelling {len(labelled)} documents, calibrating on {len(calib)}, "
+          f"scoring {len(held)}", flush=True)
     pipeline.label_stage(cfg, docs=labelled)
     pipeline.train_stage(cfg)
-    cal = pipeline.calibrate_stage(cfg)
+    cal = pipeline.calibrate_stage(cfg, docs=calib)
+    print(f"calibration keepers per rubric {cal['calibration']['keepers_per_rubric']}, promised keeper loss "
+          f"{cal['calibration']['expected_keeper_loss']} (90%: {cal['calibration']['keeper_loss_p90']})", flush=True)
 
     scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
     texts, kinds, sources = [d["text"] for d in held], [d["kind"] for d in held], [d["source"] for d in held]
@@ -103,6 +114,8 @@ def main() -> None:
         "flops_saved": flops_saved, "keeper_loss": keeper_loss,
         "judge_passes_skipped": float(res["cascade"]["judge_skipped"].mean()),
         "calibration_flops_saved": cal["compute"]["flops_saved"],
+        "promised_keeper_loss": cal["calibration"]["expected_keeper_loss"],
+        "promised_keeper_loss_p90": cal["calibration"]["keeper_loss_p90"],
         "actors_1_docs_per_s": actors[1], "actors_2_docs_per_s": actors[2], "actor_scaling": actors[2] / actors[1],
         "docs": len(held), "oracle": "heuristic (stand-in)", "quick": args.quick,
     }))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import random
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from services.scorer.io import read_docs, write_json_atomic, write_parquet_atomi
 from services.scorer.label_cache import LabelCache
 from services.scorer.labeling import label_documents
 from services.scorer.oracle import make_oracle
-from services.scorer.rubrics import RUBRICS
+from services.scorer.rubrics import RUBRICS, rubric_for
 from services.scorer.train import predict, split_indices, train_head
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,46 @@ def train_stage(cfg) -> dict:
     return report
 
 
-def calibrate_stage(cfg) -> dict:
-    """Choose τ_keep per source and τ_drop per rubric on the held-out split; write the report."""
+def calibration_sample(cfg, labelled_ids: set[str], docs: list[dict] | None = None) -> list[dict]:
+    """A seeded sample of `scorer.calibration.sample_size` input documents (or of `docs`) the oracle
+    did not label.
+
+    Labelled documents stay out: the heads were trained on most of them, so their scores are not
+    those of the documents the thresholds will meet.
+    """
+    n = cfg.scorer.calibration.sample_size
+    if n == 0:
+        return []
+    if docs is None:
+        docs = docs_from_table(read_docs(input_paths(cfg)), source_kinds(cfg))
+    docs = [d for d in docs if d["id"] not in labelled_ids]
+    return docs if len(docs) <= n else random.Random(cfg.scorer.oracle.seed + 1).sample(docs, n)
+
+
+def _score_both_heads(bb, heads, layers, max_tokens, docs: list[dict], micro_batch: int) -> dict[str, np.ndarray]:
+    """Probe and Judge quality of every document (a cascade with no τ_drop skips nothing)."""
+    sc = CascadeScorer(bb, heads, layers[0], layers[1], max_tokens, micro_batch=micro_batch)
+    probe_q, judge_q = [], []
+    chunk = 8 * micro_batch
+    with _tqdm(len(docs), "calibrate") as bar:
+        for start in range(0, len(docs), chunk):
+            part = docs[start : start + chunk]
+            res = sc.score([d["text"] for d in part], [d["kind"] for d in part], [d["source"] for d in part])
+            probe_q.append(res["probe_quality"])
+            judge_q.append(res["judge_quality"])
+            bar.update(len(part))
+    return {"probe": np.concatenate(probe_q), "judge": np.concatenate(judge_q)}
+
+
+def calibrate_stage(cfg, docs: list[dict] | None = None) -> dict:
+    """Fit τ_keep per source and τ_drop per rubric on unlabelled documents; report on the held-out split.
+
+    The thresholds need only the heads' scores, so they are fitted on `calibration.sample_size`
+    documents the oracle never labelled (or, when none are left, on the labelled held-out split);
+    agreement with the oracle, keep rates, keeper loss and the compute saved are all measured on
+    the labelled held-out split. `docs` (dicts with id, text, source, kind) replaces the inputs
+    the unlabelled sample is drawn from.
+    """
     scfg = cfg.scorer
     out = Path(scfg.out_dir)
     blob = torch.load(out / HEADS_FILE, weights_only=False)
@@ -203,58 +242,83 @@ def calibrate_stage(cfg) -> dict:
     bb = LayerwiseBackbone.load(meta["backbone"], dtype="float32")
     heads = build_heads(blob, bb.width)
     layers = (meta["probe_layer"], meta["judge_layer"])
-    report: dict = {"stage": "calibrate", "rubrics": {}, "keep_rate": {}}
-    tau_keep: dict[str, float] = {}
-    tau_drop: dict[str, float] = {}
-    test_docs: list[tuple[str, str, str]] = []
-    for name, g in _by_rubric(_load_labels(cfg)).items():
-        rub, entry = RUBRICS[name], blob["rubrics"][name]
+    labels = _load_labels(cfg)
+    held: dict[str, dict] = {}  # per rubric: held-out predictions and what the report needs
+    for name, g in _by_rubric(labels).items():
+        entry = blob["rubrics"][name]
         pos = {doc_id: i for i, doc_id in enumerate(g["ids"])}
         test = np.array([pos[i] for i in entry["split"]["test"]])
         train = np.array([pos[i] for i in entry["split"]["train"]])
         feats = _features(cfg, bb, name, g["ids"], g["texts"], layers)
         y = np.stack(g["y"])
         probe, judge = heads[name]
-        p_pred, j_pred = predict(probe, "probe", feats, test), predict(judge, "judge", feats, test)
         lengths = np.array([len(t) for t in g["texts"]], dtype=np.float64)
-        l_pred = cal.length_baseline(lengths[train], y[train], lengths[test])
-        sp = {k: cal.per_dim_spearman(v, y[test], rub.dims) for k, v in
-              (("probe", p_pred), ("judge", j_pred), ("length_baseline", l_pred))}
-        pq_, jq = p_pred.clip(0, 1).mean(1), j_pred.clip(0, 1).mean(1)
-        oq = y[test].mean(1)
-        sources = np.array(g["source"])[test]
-        kinds = np.array(g["kind"])[test]
-        keepers = np.zeros(len(test), dtype=bool)
-        oracle_keep = np.zeros(len(test), dtype=bool)
-        for src in sorted(set(sources.tolist())):
-            m = sources == src
-            rate = scfg.calibration.keep_rate(kinds[m][0])
-            tau_keep[src] = cal.tau_for_keep_rate(jq[m], rate)
-            tau_keep.setdefault(f"kind:{kinds[m][0]}", tau_keep[src])
-            keepers[m] = jq[m] >= tau_keep[src]
+        held[name] = {"test": test, "y": y[test], "texts": [g["texts"][i] for i in test],
+                      "p_pred": predict(probe, "probe", feats, test), "j_pred": predict(judge, "judge", feats, test),
+                      "l_pred": cal.length_baseline(lengths[train], y[train], lengths[test]),
+                      "sources": np.array(g["source"])[test], "kinds": np.array(g["kind"])[test]}
+    for h in held.values():
+        h["pq"], h["jq"] = h["p_pred"].clip(0, 1).mean(1), h["j_pred"].clip(0, 1).mean(1)
+
+    docs = calibration_sample(cfg, set(labels.column("id").to_pylist()), docs)
+    if docs:
+        scores = _score_both_heads(bb, heads, layers, meta["max_tokens"], docs, scfg.scoring.micro_batch)
+        fit_args = (scores["judge"], scores["probe"], [d["source"] for d in docs], [d["kind"] for d in docs],
+                    [rubric_for(d["kind"]).name for d in docs])
+        fitted_on = f"{len(docs)} unlabelled documents"
+    else:
+        log.warning("no unlabelled documents for calibration: fitting the thresholds on the labelled held-out split, "
+                    "so the report's keep rates and keeper loss are in-sample")
+        cat = lambda key: np.concatenate([h[key] for h in held.values()])  # noqa: E731
+        fit_args = (cat("jq"), cat("pq"), cat("sources"), cat("kinds"),
+                    np.concatenate([[name] * len(h["test"]) for name, h in held.items()]))
+        fitted_on = "the labelled held-out split (in-sample: no unlabelled documents left)"
+    ccfg = scfg.calibration
+    th = cal.fit_thresholds(*fit_args, keep_rate=ccfg.keep_rate, max_loss=ccfg.max_keeper_loss)
+    calib_keep = fit_args[0] >= np.array([th.keep_threshold(s, k) for s, k in zip(fit_args[2], fit_args[3], strict=True)])
+
+    report: dict = {"stage": "calibrate", "rubrics": {}, "keep_rate": {},
+                    "calibration": {"fitted_on": fitted_on, "documents_per_source": th.docs_per_source,
+                                    "keepers_per_rubric": th.keepers_per_rubric,
+                                    "expected_keeper_loss": {r: cal.expected_keeper_loss(n, ccfg.max_keeper_loss)
+                                                             for r, n in th.keepers_per_rubric.items()},
+                                    "keeper_loss_p90": {r: cal.expected_keeper_loss(n, ccfg.max_keeper_loss, 0.9)
+                                                        for r, n in th.keepers_per_rubric.items()}}}
+    test_docs: list[tuple[str, str, str]] = []
+    for name, h in held.items():
+        rub = RUBRICS[name]
+        sp = {k: cal.per_dim_spearman(h[key], h["y"], rub.dims) for k, key in
+              (("probe", "p_pred"), ("judge", "j_pred"), ("length_baseline", "l_pred"))}
+        oq = h["y"].mean(1)
+        keepers = h["jq"] >= np.array([th.keep_threshold(s, k) for s, k in zip(h["sources"], h["kinds"], strict=True)])
+        oracle_keep = np.zeros(len(oq), dtype=bool)
+        for src in sorted(set(h["sources"].tolist())):
+            m = h["sources"] == src
+            rate = ccfg.keep_rate(h["kinds"][m][0])
             oracle_keep[m] = oq[m] >= cal.tau_for_keep_rate(oq[m], rate)
-            report["keep_rate"][src] = {"target": rate, "realised": float(keepers[m].mean()), "n": int(m.sum())}
-        tau_drop[name] = cal.tau_drop_for_loss(pq_[keepers], scfg.calibration.max_keeper_loss)
-        skipped = pq_ < tau_drop[name]
+            in_fit = np.asarray(fit_args[2]) == src
+            report["keep_rate"][src] = {"target": rate, "realised": float(keepers[m].mean()), "n": int(m.sum()),
+                                        "realised_calibration": float(calib_keep[in_fit].mean()) if in_fit.any() else None}
+        skipped = h["pq"] < th.tau_drop.get(name, -math.inf)
         report["rubrics"][name] = {
-            "n_test": len(test),
+            "n_test": len(h["test"]),
             "spearman": sp,
             "mean_spearman": {k: float(np.mean(list(v.values()))) for k, v in sp.items()},
-            "spearman_quality": {"probe": cal.spearman(pq_, oq), "judge": cal.spearman(jq, oq),
-                                 "length_baseline": cal.spearman(l_pred.mean(1), oq)},
-            "mae_per_class_judge": cal.mae_per_class(j_pred, y[test], rub.max_score),
-            "mae_per_class_probe": cal.mae_per_class(p_pred, y[test], rub.max_score),
+            "spearman_quality": {"probe": cal.spearman(h["pq"], oq), "judge": cal.spearman(h["jq"], oq),
+                                 "length_baseline": cal.spearman(h["l_pred"].mean(1), oq)},
+            "mae_per_class_judge": cal.mae_per_class(h["j_pred"], h["y"], rub.max_score),
+            "mae_per_class_probe": cal.mae_per_class(h["p_pred"], h["y"], rub.max_score),
             "f1_at_keep": cal.f1(keepers, oracle_keep),
-            "tau_drop": tau_drop[name],
+            "tau_drop": th.tau_drop.get(name, -math.inf),
             "judge_passes_skipped": float(skipped.mean()),
             "keeper_loss": float((skipped & keepers).sum() / max(1, keepers.sum())),
         }
-        test_docs += [(g["texts"][i], g["kind"][i], g["source"][i]) for i in test]
-    calib = {"tau_keep": tau_keep, "tau_drop": tau_drop, "max_keeper_loss": scfg.calibration.max_keeper_loss}
+        test_docs += list(zip(h["texts"], h["kinds"].tolist(), h["sources"].tolist(), strict=True))
+    calib = {"tau_keep": th.tau_keep, "tau_drop": th.tau_drop, "max_keeper_loss": ccfg.max_keeper_loss}
     write_json_atomic(calib, out / CALIBRATION_FILE)
     report["compute"] = measure_saving(bb, heads, layers, meta["max_tokens"], calib, test_docs,
                                        scfg.scoring.micro_batch)
-    report["tau_keep"], report["tau_drop"] = tau_keep, tau_drop
+    report["tau_keep"], report["tau_drop"] = th.tau_keep, th.tau_drop
     _plot(report, out / "calibration.png")
     report_stage(cfg, "calibrate", report)
     return report

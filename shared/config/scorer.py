@@ -63,7 +63,14 @@ class CalibrationConfig(Section):
     keep_rate_math: float = Field(0.50, gt=0, le=1, description="Target keep rate for math sources (design: ~50%).")
     keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target keep rate for science sources (design: ~50%).")
     max_keeper_loss: float = Field(
-        0.01, ge=0, le=0.5, description="Most of the Judge's keepers the Probe cascade may drop (chooses tau_drop)."
+        0.01, ge=0, le=0.5,
+        description="Expected fraction of the Judge's keepers the Probe cascade may drop on new documents (chooses "
+        "tau_drop; needs at least 1/max_keeper_loss - 1 keepers per rubric in the calibration sample to drop any).",
+    )
+    sample_size: int = Field(
+        2000, ge=0, le=10_000_000,
+        description="Unlabelled documents (seeded by scorer.oracle.seed + 1, none the oracle labelled) the "
+        "thresholds are fitted on; 0 = fit on the labelled held-out split.",
     )
 
     def keep_rate(self, kind: str) -> float:

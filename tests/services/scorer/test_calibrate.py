@@ -34,9 +34,61 @@ def test_tau_drop_loses_at_most_the_allowed_fraction_of_keepers_and_skips_most_r
     assert np.mean(probe < tau_drop) > 0.4  # more than half of the 70% rejects skip the Judge
 
 
-def test_tau_drop_with_zero_loss_keeps_every_keeper():
-    probe = np.array([0.1, 0.5, 0.2, 0.9])
-    assert cal.tau_drop_for_loss(probe, 0.0) == pytest.approx(0.1)
+def test_tau_drop_keeps_its_promise_on_new_documents_not_just_on_the_calibration_keepers():
+    """Over many calibration draws the loss of *fresh* keepers averages at most max_loss; the old
+    in-sample rule (lowest keeper score when 1% of n rounds to 0) lost ~1/(n+1) of them."""
+    rng = np.random.default_rng(2)
+    fresh = rng.normal(size=200_000)
+    for n in (150, 400, 1000):
+        losses = [np.mean(fresh < cal.tau_drop_for_loss(rng.normal(size=n), 0.01)) for _ in range(300)]
+        assert np.mean(losses) <= 0.01 + 0.0015, n
+        assert np.mean(losses) == pytest.approx(cal.expected_keeper_loss(n, 0.01), abs=0.0015)
+    in_sample = [np.mean(fresh < np.min(rng.normal(size=10))) for _ in range(300)]
+    assert np.mean(in_sample) > 0.07  # the old rule with 10 keepers: ~1/11
+
+
+def test_tau_drop_without_enough_keepers_skips_nothing():
+    assert cal.tau_drop_for_loss(np.array([0.1, 0.5, 0.2, 0.9]), 0.0) == -np.inf
+    assert cal.tau_drop_for_loss(np.linspace(0, 1, 98), 0.01) == -np.inf  # 98 keepers: 1/99 > 1%
+    assert cal.tau_drop_for_loss(np.linspace(0, 1, 99), 0.01) == 0.0  # 99: skip under the lowest, 1/100
+    assert cal.tau_drop_for_loss(np.array([]), 0.01) == -np.inf
+    assert cal.expected_keeper_loss(98, 0.01) == 0.0 and cal.expected_keeper_loss(99, 0.01) == pytest.approx(0.01)
+
+
+def test_keeper_loss_quantile_matches_the_spread_over_calibration_samples():
+    rng = np.random.default_rng(4)
+    fresh = rng.normal(size=200_000)
+    losses = [np.mean(fresh < cal.tau_drop_for_loss(rng.normal(size=110), 0.01)) for _ in range(2000)]
+    p90 = cal.expected_keeper_loss(110, 0.01, quantile=0.9)
+    assert p90 == pytest.approx(0.0207, abs=5e-4)
+    assert np.quantile(losses, 0.9) == pytest.approx(p90, rel=0.1)
+
+
+def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
+    rng = np.random.default_rng(3)
+    n = 3000
+    sources = np.array(["wiki", "forum", "pycode"])[rng.integers(0, 3, n)]
+    kinds = np.where(sources == "pycode", "code", "web")
+    rubrics = np.where(kinds == "code", "code", "general")
+    judge = rng.uniform(size=n) + (sources == "forum") * 0.5  # forum scores higher: its own τ_keep
+    probe = judge + rng.normal(0, 0.1, n)
+    rates = {"web": 0.3, "code": 0.5}
+    th = cal.fit_thresholds(judge, probe, sources, kinds, rubrics, rates.__getitem__, 0.01)
+    for src, kind in (("wiki", "web"), ("forum", "web"), ("pycode", "code")):
+        m = sources == src
+        assert abs(np.mean(judge[m] >= th.tau_keep[src]) - rates[kind]) <= 0.01
+    assert th.tau_keep["forum"] > th.tau_keep["wiki"]
+    assert th.keep_threshold("new-web-source", "web") == th.tau_keep["kind:web"]
+    assert th.keep_threshold("new", "math") == np.inf  # no kind seen: keep nothing rather than guess
+    keep = judge >= np.array([th.tau_keep[s] for s in sources])
+    for rubric in ("general", "code"):
+        m = (rubrics == rubric) & keep
+        assert th.keepers_per_rubric[rubric] == m.sum() > 300
+        assert np.mean(probe[m] < th.tau_drop[rubric]) <= 0.01
+        assert np.mean(probe[rubrics == rubric] < th.tau_drop[rubric]) > 0.3  # and the cascade saves work
+    assert sum(th.docs_per_source.values()) == n
+    with pytest.raises(ValueError, match="zero documents"):
+        cal.fit_thresholds(np.array([]), np.array([]), [], [], [], rates.__getitem__, 0.01)
 
 
 def test_f1_and_mae_per_class():
