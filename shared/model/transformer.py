@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from shared.config.model import ModelConfig
+from shared.kernels import cpu_gemm
 from shared.model.attention import build_attention
 from shared.model.ffn import SwiGLU
 from shared.model.moe import MoELayer
@@ -69,7 +70,7 @@ class MoETransformer(nn.Module):
         head_VD = self.tok_embeddings.weight if self.lm_head is None else self.lm_head.weight
         # the muP output multiplier on the D-wide hidden state, not the V-wide logits: same product,
         # a vocab/width times cheaper elementwise pass (and its backward)
-        logits_BTV = torch.nn.functional.linear(h_BTD * self.logit_mult, head_VD.to(h_BTD.dtype))
+        logits_BTV = cpu_gemm.linear(h_BTD * self.logit_mult, head_VD.to(h_BTD.dtype))
         return logits_BTV, {"layers": layer_stats, "aux_loss": aux_loss}
 
     def moe_layers(self) -> list[MoELayer]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.registry import register_attention
 from shared.model.rope import RotaryEmbedding
 
@@ -36,10 +37,10 @@ class GroupedQueryAttention(nn.Module):
         self.n_kv_heads = cfg.n_kv_heads
         self.head_dim = cfg.resolved_head_dim
         d = cfg.d_model
-        self.wq = nn.Linear(d, self.n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(self.n_heads * self.head_dim, d, bias=False)
+        self.wq = Linear(d, self.n_heads * self.head_dim)
+        self.wk = Linear(d, self.n_kv_heads * self.head_dim)
+        self.wv = Linear(d, self.n_kv_heads * self.head_dim)
+        self.wo = Linear(self.n_heads * self.head_dim, d)
         self.rope = RotaryEmbedding(self.head_dim, cfg.max_seq_len, cfg.rope_theta)
 
     def project_qkv(self, x_BTD: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.registry import register_attention
 from shared.model.rope import RotaryEmbedding
 
@@ -51,15 +52,15 @@ class MultiHeadLatentAttention(nn.Module):
         self.softmax_scale = self.qk_dim**-0.5
         d, H = cfg.d_model, cfg.n_heads
         if self.q_lora_rank > 0:
-            self.wq_a = nn.Linear(d, self.q_lora_rank, bias=False)
+            self.wq_a = Linear(d, self.q_lora_rank)
             self.q_norm = nn.RMSNorm(self.q_lora_rank, eps=cfg.norm_eps)
-            self.wq_b = nn.Linear(self.q_lora_rank, H * self.qk_dim, bias=False)
+            self.wq_b = Linear(self.q_lora_rank, H * self.qk_dim)
         else:
-            self.wq = nn.Linear(d, H * self.qk_dim, bias=False)
-        self.wkv_a = nn.Linear(d, self.kv_lora_rank + self.rope_dim, bias=False)
+            self.wq = Linear(d, H * self.qk_dim)
+        self.wkv_a = Linear(d, self.kv_lora_rank + self.rope_dim)
         self.kv_norm = nn.RMSNorm(self.kv_lora_rank, eps=cfg.norm_eps)
-        self.wkv_b = nn.Linear(self.kv_lora_rank, H * (self.nope + self.v_dim), bias=False)
-        self.wo = nn.Linear(H * self.v_dim, d, bias=False)
+        self.wkv_b = Linear(self.kv_lora_rank, H * (self.nope + self.v_dim))
+        self.wo = Linear(H * self.v_dim, d)
         self.rope = RotaryEmbedding(self.rope_dim, cfg.max_seq_len, cfg.rope_theta)
 
     def queries(self, x_BTD: Tensor) -> tuple[Tensor, Tensor]:
