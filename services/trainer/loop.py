@@ -25,7 +25,13 @@ from services.trainer.checkpoint import CheckpointManager
 from services.trainer.data import eval_loader, prepare_shards, train_loader, with_parquet_documents
 from services.trainer.health import RouterHealthMonitor
 from services.trainer.metrics import Throughput, memory_gib, mfu
-from services.trainer.parallel import apply_block_options, finish_gradients, parallelize, sync_router_loads
+from services.trainer.parallel import (
+    apply_block_options,
+    finish_gradients,
+    parallelize,
+    sync_delayed_amaxes,
+    sync_router_loads,
+)
 from shared import tracking
 from shared.config import ExperimentConfig, save_resolved
 from shared.hardware import measured_peak_flops
@@ -185,6 +191,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
             continue
         bad_run = 0
         finish_gradients(model, tc, ctx.world_size)
+        sync_delayed_amaxes(model)
         opt_stats = optimizer.step()
         optimizer.zero_grad()
         sync_router_loads(model)

@@ -6,7 +6,8 @@ holds this rank's slice of the experts and exchanges tokens with all-to-all, and
 with FSDP2 (`fully_shard`), leaving the expert weights to EP.
 
 Gradient bookkeeping: each rank's loss is the mean over its own tokens and the global loss is
-the mean over ranks. FSDP2 averages the dense gradients. An expert's gradient arrives through the
+the mean over ranks. FSDP2 averages the dense gradients. Delayed fp8 amax histories are
+max-reduced over ranks after each step (`sync_delayed_amaxes`). An expert's gradient arrives through the
 all-to-all backward as the *sum* of every rank's contribution, so `finish_gradients` divides it
 by the world size and, when experts are replicated over several EP groups, sums it over the
 ranks holding the same experts. Router loads are summed over all ranks before the bias update so
@@ -21,9 +22,10 @@ from torch import nn
 
 from services.trainer.expert_parallel import ExpertParallelExperts, expert_parallel_layer, route_halves
 from shared.config.train import TrainConfig
+from shared.precision.delayed import DelayedScalingState
 
 __all__ = ["ExpertParallelExperts", "apply_block_options", "expert_parallel_layer", "expert_params",
-           "finish_gradients", "parallelize", "route_halves", "sync_router_loads"]
+           "finish_gradients", "parallelize", "route_halves", "sync_delayed_amaxes", "sync_router_loads"]
 
 
 def _ep_groups(world: int, ep_size: int) -> tuple[list[dist.ProcessGroup], list[dist.ProcessGroup]]:
@@ -98,6 +100,17 @@ def finish_gradients(model: nn.Module, tc: TrainConfig, world: int) -> None:
     if group is not None and world // tc.ep_size > 1:
         for p in params:
             dist.all_reduce(p.grad, group=group)
+
+
+@torch.no_grad()
+def sync_delayed_amaxes(model: nn.Module) -> None:
+    """Max-reduce every delayed-fp8 amax history's new rows over all ranks, in name order, so
+    every rank derives the same scales (a no-op in one process or without delayed scaling)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    for _, module in sorted(model.named_modules(), key=lambda item: item[0]):
+        if isinstance(module, DelayedScalingState):
+            module.reduce_amax_()
 
 
 @torch.no_grad()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.config.base import Section
 from shared.config.cluster import ClusterConfig
@@ -25,3 +25,14 @@ class ExperimentConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="Experiment tracking.")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Where Ray work runs.")
+
+    @model_validator(mode="after")
+    def _check_cross_section(self) -> ExperimentConfig:
+        p = self.model.moe.precision
+        if p.fp8_scaling == "delayed" and p.expert == "fp8" and self.train.ep_size > 1:
+            raise ValueError(
+                "model.moe.precision.fp8_scaling=delayed with train.ep_size > 1 is not supported: each rank would "
+                "keep amax histories for its own experts only, and they are reduced over data-parallel ranks "
+                "alone; use fp8_scaling=current, or ep_size=1"
+            )
+        return self

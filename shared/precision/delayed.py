@@ -18,7 +18,9 @@ learning"; TE's default fp8 recipe before current scaling). TE's rules (checked 
 every checkpoint (state_dict / DCP) like TE's `_extra_state`. A forward under `torch.no_grad()`
 (evaluation) uses the scale the history gives but does not change the state (TE reduces forward
 amaxes only when grad is enabled); a forward recomputed inside backward (activation
-checkpointing) reuses the scale of the original forward, as TE's recompute path does.
+checkpointing) reuses the scale of the original forward, as TE's recompute path does. Under data
+parallelism the trainer max-reduces the newly pushed history rows over the ranks after each step
+(`reduce_amax_`), so every rank keeps the same history and scales.
 """
 
 from __future__ import annotations
@@ -64,6 +66,24 @@ class DelayedScalingState(nn.Module):
         self.params = params
         self.register_buffer("amax_history", torch.zeros(params.history_len, len(ROLES), groups))
         self.register_buffer("scale", torch.ones(len(ROLES), groups))
+        self.unreduced = 0  # history rows pushed since the last `reduce_amax_` (the most of any role)
+        self._pushed = [0] * len(ROLES)
+
+    @torch.no_grad()
+    def reduce_amax_(self, group=None) -> None:
+        """Max-reduce the history rows pushed since the last call over `group`'s ranks.
+
+        Data-parallel ranks see different activations and gradients, so their amaxes differ; TE
+        reduces them (`reduce_amax`) so every rank derives the same scale. Only the new rows
+        travel: older rows are already equal everywhere. Every rank of the group must call this
+        after the same forward/backward passes, as with any collective.
+        """
+        import torch.distributed as dist
+
+        n = min(self.unreduced, self.params.history_len)
+        if n and dist.is_initialized() and dist.get_world_size(group) > 1:
+            dist.all_reduce(self.amax_history[:n], op=dist.ReduceOp.MAX, group=group)
+        self.unreduced, self._pushed = 0, [0] * len(ROLES)
 
     def scale_from_history(self, role: int, fmt: FloatFormat) -> torch.Tensor:
         """The scale the history gives now (steps < t), per group; keeps the old scale where amax is 0."""
@@ -86,5 +106,7 @@ class DelayedScalingState(nn.Module):
             self.scale[role] = scale
             amax = t.abs().amax(dim=(1, 2)) if t.numel() else torch.zeros_like(scale)
             self.amax_history[:, role] = torch.cat([amax[None], self.amax_history[:-1, role]])
+            self._pushed[role] += 1
+            self.unreduced = max(self._pushed)
         s = scale[:, None, None]
         return round_to_format(t * s, fmt) / s  # round_to_format saturates at ±fmt.max

@@ -17,6 +17,7 @@ from services.trainer.parallel import (
     finish_gradients,
     parallelize,
     route_halves,
+    sync_delayed_amaxes,
     sync_router_loads,
 )
 from shared.config import ConfigError, load_config
@@ -55,6 +56,7 @@ def _run(rank: int, world: int, ep_size: int, extra: tuple[str, ...] = ()) -> di
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 128), rows[:, 1:].reshape(-1)) + aux["aux_loss"]
         loss.backward()
         finish_gradients(model, cfg.train, world)
+        sync_delayed_amaxes(model)
         grads.append(_full_grads(model))
         opt.step()
         opt.zero_grad()
@@ -64,7 +66,13 @@ def _run(rank: int, world: int, ep_size: int, extra: tuple[str, ...] = ()) -> di
             dist.all_reduce(loss := loss.detach().clone())
             loss /= world
         losses.append(float(loss))
-    return {"losses": losses, "grads": grads}
+    amax = {}  # every rank's delayed-fp8 amax histories, stacked (ranks, history, role, groups)
+    for n, b in sorted(model.named_buffers()):
+        if n.endswith("amax_history"):
+            ranks = [torch.empty_like(b) for _ in range(world)]
+            dist.all_gather(ranks, b) if world > 1 else ranks[0].copy_(b)
+            amax[n.replace("_checkpoint_wrapped_module.", "")] = torch.stack(ranks)
+    return {"losses": losses, "grads": grads, "amax": amax}
 
 
 def _full_grads(model) -> dict[str, torch.Tensor]:
@@ -90,6 +98,7 @@ def _worker(rank, world, port, ep_size, variants, queue):
         if rank == 0:  # numpy travels by value (tensors would need the sender alive)
             for result in results:
                 result["grads"] = [{k: v.numpy() for k, v in g.items()} for g in result["grads"]]
+                result["amax"] = {k: v.numpy() for k, v in result["amax"].items()}
             queue.put(results)
         dist.barrier()
     finally:
@@ -121,6 +130,7 @@ def _spawn(ep_size: int, variants: list[tuple[str, ...]] | None = None) -> list[
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     for result in results:
         result["grads"] = [{k: torch.from_numpy(v) for k, v in g.items()} for g in result["grads"]]
+        result["amax"] = {k: torch.from_numpy(v) for k, v in result["amax"].items()}
     return results
 
 
@@ -165,6 +175,15 @@ def test_ep_overlap_needs_expert_parallel():
     assert not _cfg(2, 2).train.ep_overlap
 
 
+def test_delayed_fp8_experts_are_refused_under_expert_parallel():
+    delayed = ("model.moe.precision.expert=fp8", "model.moe.precision.fp8_granularity=tensor",
+               "model.moe.precision.fp8_scaling=delayed")
+    with pytest.raises(ConfigError, match="fp8_scaling=delayed with train.ep_size > 1 is not supported"):
+        _cfg(2, 2, *delayed)
+    assert _cfg(1, 2, *delayed).train.ep_size == 1  # data parallel alone: amaxes are reduced
+    assert _cfg(2, 2, *delayed[:2]).model.moe.precision.fp8_scaling == "current"
+
+
 @pytest.mark.parametrize("capacity", [None, 3], ids=["dropless", "capacity"])
 def test_halves_reproduce_the_full_routing(capacity):
     """Each half keeps, in expert order, exactly the full routing's assignments of its tokens."""
@@ -199,3 +218,23 @@ def test_overlapped_layer_matches_plain_layer_in_one_process(tmp_path, T, capaci
             torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
     finally:
         dist.destroy_process_group()
+
+
+def test_delayed_fp8_amaxes_are_reduced_over_data_parallel_ranks():
+    """With delayed fp8 scaling every rank must derive the same scales: its amax histories are
+    max-reduced over the data-parallel ranks each step, so both ranks hold the same histories,
+    and the first step's forward amaxes are those of one process on the whole batch (the max over
+    the halves). Later steps are not compared with one process: each rank's gradients are `world`
+    times larger (its loss is its own mean), and fp8 rounds them differently where the first
+    step's scale of 1 puts them among the subnormals, so the runs drift apart by ~1%."""
+    fp8 = ("model.moe.precision.expert=fp8", "model.moe.precision.dense=fp8", "model.moe.precision.fp8_granularity=tensor",
+           "model.moe.precision.fp8_scaling=delayed", "model.moe.precision.amax_history_len=4")
+    (double,) = _spawn(1, [fp8])
+    single = _run(0, 1, 1, fp8)
+    assert single["amax"] and set(double["amax"]) == set(single["amax"])
+    for name, hist in single["amax"].items():  # (ranks, history, role x|w|grad, groups) after 3 steps
+        got = double["amax"][name]
+        assert torch.equal(got[0], got[1]), f"{name}: the ranks' histories differ"
+        assert got[0, :3].gt(0).all(), f"{name}: a step left no amax"
+        torch.testing.assert_close(got[0, 2, :2], hist[0, 2, :2], rtol=1e-5, atol=0,  # row 2: step 1
+                                   msg=lambda m, n=name: f"{n}: x/w amaxes are not the max over both ranks: {m}")

@@ -113,6 +113,28 @@ def test_eval_forward_leaves_the_history_alone_and_recompute_reuses_the_forward_
     assert torch.equal(plain.amax_history, before[0]) and torch.equal(plain.scale, before[1])
 
 
+def test_rows_pushed_since_the_last_reduction_are_counted_for_the_data_parallel_all_reduce(tmp_path):
+    """Gradient accumulation pushes one row per micro-batch; the trainer's reduction must cover all
+    of them (and no more: older rows already agree). Eval and recompute push nothing."""
+    import torch.distributed as dist
+
+    recipe = _recipe(history_len=4)
+    state = DelayedScalingState(1, recipe.delayed)
+    w = (torch.randn(24, 16) / 4).requires_grad_()
+    for micro in range(3):
+        lp_linear(_x_with_amax(1.0 + micro, micro).requires_grad_(), w, recipe, state).sum().backward()
+    with torch.no_grad():
+        lp_linear(_x_with_amax(9.0, 5), w, recipe, state)
+    assert state.unreduced == 3
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        before = state.amax_history.clone()
+        state.reduce_amax_()  # one rank: nothing to exchange, the count resets
+        assert state.unreduced == 0 and torch.equal(state.amax_history, before)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_delayed_scaling_needs_per_tensor_granularity():
     with pytest.raises(ConfigError, match="fp8_scaling=delayed.*fp8_granularity=tensor"):
         load_config("configs/tiny.yaml", ["model.moe.precision.fp8_scaling=delayed"])
