@@ -20,7 +20,7 @@ import torch
 
 from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.features import length_buckets
-from services.scorer.heads import Judge, Probe, masked_mean
+from services.scorer.heads import HEADS_VERSION, Judge, Probe, masked_mean
 from services.scorer.rubrics import rubric_for
 
 HEADS_FILE = "heads.pt"
@@ -28,17 +28,22 @@ CALIBRATION_FILE = "calibration.json"
 
 
 def build_heads(blob: dict, width: int) -> dict:
+    """The (Probe, Judge) of every rubric in a heads.pt blob; refuses heads of another `HEADS_VERSION`.
+
+    The version is what `moelab score train` wrote (files without one predate it: version 1). The
+    pipeline's distill stage is keyed by the same number, so it retrains instead of landing here.
+    """
+    version = blob.get("meta", {}).get("heads_version", 1)
+    if version != HEADS_VERSION:
+        raise ValueError(f"heads.pt holds version-{version} heads; this moelab's heads are version {HEADS_VERSION} "
+                         "(the Judge's architecture changed): rerun `moelab score train`")
     heads = {}
     for name, h in blob["rubrics"].items():
         n = len(h["dims"])
         probe = Probe(width, n)
         probe.load_state_dict(h["probe"])
         judge = Judge(width, n, **h["judge_cfg"])
-        try:
-            judge.load_state_dict(h["judge"])
-        except RuntimeError as e:
-            raise ValueError(f"heads.pt rubric {name!r}: the Judge's weights do not fit this version's Judge "
-                             f"(trained by an older moelab?); rerun `moelab score train`. {e}") from e
+        judge.load_state_dict(h["judge"])
         heads[name] = (probe.eval(), judge.eval())
     return heads
 

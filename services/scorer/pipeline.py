@@ -22,6 +22,7 @@ from services.scorer import calibrate as cal
 from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.cascade import CALIBRATION_FILE, HEADS_FILE, CascadeScorer, build_heads
 from services.scorer.features import cached_extract, extract
+from services.scorer.heads import HEADS_VERSION
 from services.scorer.io import read_docs, write_json_atomic, write_parquet_atomic
 from services.scorer.label_cache import LabelCache
 from services.scorer.labeling import label_documents
@@ -165,7 +166,8 @@ def train_stage(cfg) -> dict:
     scfg, hcfg = cfg.scorer, cfg.scorer.heads
     bb = LayerwiseBackbone.load(scfg.backbone, dtype="float32")
     layers = scfg.resolved_layers(bb.n_layers)
-    blob = {"meta": {"backbone": scfg.backbone, "probe_layer": layers[0], "judge_layer": layers[1],
+    blob = {"meta": {"heads_version": HEADS_VERSION, "backbone": scfg.backbone, "probe_layer": layers[0],
+                     "judge_layer": layers[1],
                      "max_tokens": hcfg.max_tokens, "width": bb.width}, "rubrics": {}}
     report: dict = {"stage": "train", "probe_layer": layers[0], "judge_layer": layers[1], "n_layers": bb.n_layers,
                     "loss": "mse on scores/max", "rubrics": {}}

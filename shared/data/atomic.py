@@ -10,25 +10,26 @@ size against its fsynced record, and `--verify` its sha256, so a shard lost in a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 
-def _tmp_in(path: Path) -> tuple[int, str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-
-
-def atomic_write_bytes(path: str | Path, data: bytes, durable: bool = True) -> None:
+@contextlib.contextmanager
+def _atomic_file(path: str | Path, durable: bool) -> Iterator[BinaryIO]:
+    """A binary file handle whose content replaces `path` only if the block completes."""
     target = Path(path)
-    fd, tmp = _tmp_in(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
@@ -36,22 +37,17 @@ def atomic_write_bytes(path: str | Path, data: bytes, durable: bool = True) -> N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, durable: bool = True) -> None:
+    with _atomic_file(path, durable) as fh:
+        fh.write(data)
 
 
 def atomic_write_array(path: str | Path, array: np.ndarray, durable: bool = False) -> None:
     """Write an array's raw bytes (C order, no header): the memory-mappable shard format."""
-    target = Path(path)
-    fd, tmp = _tmp_in(target)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.ascontiguousarray(array).tofile(fh)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _atomic_file(path, durable) as fh:
+        np.ascontiguousarray(array).tofile(fh)
 
 
 def atomic_write_json(path: str | Path, obj) -> None:

@@ -7,7 +7,7 @@ import torch
 
 from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.cascade import CascadeScorer, build_heads
-from services.scorer.heads import Judge, Probe
+from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.sample_docs import python_docs
 from tests.services.scorer.conftest import tiny_gpt_oss
 
@@ -91,13 +91,14 @@ def test_cascade_never_runs_layers_after_judge_layer(minilm):
     assert minilm.layer_rows[3:] == [0, 0, 0] and minilm.layer_rows[:3] == [3, 3, 3]
 
 
-def test_heads_from_an_older_judge_fail_with_a_retrain_hint():
+def test_heads_of_another_version_fail_with_a_retrain_hint():
     judge = Judge(16, 2, 8, 1, 2).state_dict()
     old = {k: v for k, v in judge.items() if not k.startswith(("skip.", "proj_probe."))}  # the pre-#9 Judge
-    blob = {"rubrics": {"general": {"dims": ["a", "b"], "probe": Probe(16, 2).state_dict(), "judge": old,
-                                    "judge_cfg": {"dim": 8, "layers": 1, "heads": 2}}}}
-    with pytest.raises(ValueError, match="rerun `moelab score train`"):
-        build_heads(blob, 16)
+    rubric = {"dims": ["a", "b"], "probe": Probe(16, 2).state_dict(), "judge_cfg": {"dim": 8, "layers": 1, "heads": 2}}
+    with pytest.raises(ValueError, match="version-1 heads.*rerun `moelab score train`"):
+        build_heads({"rubrics": {"general": {**rubric, "judge": old}}}, 16)  # written before versions existed
+    current = {"meta": {"heads_version": HEADS_VERSION}, "rubrics": {"general": {**rubric, "judge": judge}}}
+    assert set(build_heads(current, 16)) == {"general"}
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from services.scorer.cascade import HEADS_FILE
-from services.scorer.heads import Judge, Probe
+from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.io import write_json_atomic
 from services.scorer.sample_docs import python_docs
 from services.scorer.scoring import run_scoring, shard_output_name
@@ -24,7 +24,8 @@ def _random_heads(out_dir, width=384):
         rubrics[name] = {"dims": [f"d{i}" for i in range(n)], "probe": Probe(width, n).state_dict(),
                          "judge": Judge(width, n, 32, 1, 4).state_dict(),
                          "judge_cfg": {"dim": 32, "layers": 1, "heads": 4}}
-    meta = {"backbone": "minilm", "probe_layer": 2, "judge_layer": 3, "max_tokens": 32, "width": width}
+    meta = {"heads_version": HEADS_VERSION, "backbone": "minilm", "probe_layer": 2, "judge_layer": 3,
+            "max_tokens": 32, "width": width}
     torch.save({"meta": meta, "rubrics": rubrics}, out_dir / HEADS_FILE)
     write_json_atomic({"tau_drop": {"general": 0.5, "code": 0.5},
                        "tau_keep": {"pydoc": 0.5, "stdlib": 0.5}}, out_dir / "calibration.json")
