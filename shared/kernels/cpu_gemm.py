@@ -66,8 +66,10 @@ ONEDNN_MIN_MACS = 1 << 21
 
 
 def _uses_onednn(a: Tensor, b: Tensor, macs: int) -> bool:
+    """Under `torch.compile` the plain ops are traced instead: inductor picks its own CPU GEMMs, and
+    its lowering of `_linear_pointwise` expects weights it packed itself."""
     return (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
-            and macs >= ONEDNN_MIN_MACS and cpu_gemm_library() == "onednn")
+            and macs >= ONEDNN_MIN_MACS and not torch.compiler.is_compiling() and cpu_gemm_library() == "onednn")
 
 
 def mm_nt(a: Tensor, b: Tensor) -> Tensor:

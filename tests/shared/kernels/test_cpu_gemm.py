@@ -78,3 +78,19 @@ def test_library_choice_is_explicit_and_checked(monkeypatch):
     monkeypatch.setattr(cpu_gemm, "_choice", "openblas")
     with pytest.raises(ValueError, match="MOELAB_CPU_GEMM='openblas'"):
         cpu_gemm_library()
+
+
+@needs_onednn
+@pytest.mark.slow  # an inductor compile: ~10 s on 2 cores
+def test_linear_compiles_with_inductor_through_the_plain_op():
+    """Inductor's lowering of `_linear_pointwise` wants weights it packed itself, so under
+    `torch.compile` `linear` traces `F.linear` instead (a trainer run with train.compile=true
+    failed before this)."""
+    x = torch.randn(64, 256, requires_grad=True)
+    w = torch.randn(128, 256, requires_grad=True)
+    compiled = torch.compile(lambda a, b: linear(a, b).relu())
+    out = compiled(x, w)
+    ref = F.linear(x, w).relu()
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
+    out.sum().backward()
+    assert x.grad is not None and w.grad is not None
