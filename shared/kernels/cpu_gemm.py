@@ -11,8 +11,8 @@ ordinary strided tensors, transposed views included.
 `mm_nt(a, b)` = a @ b.T with the library chosen by `cpu_gemm_library()`: `onednn` for fp32 CPU
 tensors when torch has it and the product is not tiny, else `torch.mm`. `MOELAB_CPU_GEMM=mkl` (or `use_cpu_gemm("mkl")`)
 forces torch's `mm`, to compare or to rule the library out when debugging. `Linear` is an
-`nn.Linear` whose forward and backward GEMMs go through `mm_nt`: the model's dense FFNs and shared
-experts, GQA and MLA projections use it, and the LM head calls `linear`.
+`nn.Linear` whose forward and backward GEMMs go through `mm_nt`: the model's dense FFNs, shared
+experts and bias-free attention projections use it, and the LM head calls `linear`.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.kda_ops import fla_chunk_kda_available, kda_chunked, kda_fla, kda_recurrent
 from shared.model.attention.registry import register_attention
 
@@ -56,22 +57,22 @@ class KimiDeltaAttention(nn.Module):
         self.impl = "auto"  # auto | chunked | recurrent | fla; tests pin one
         d, H, K = cfg.d_model, self.n_heads, self.head_dim
         inner = H * K
-        self.wq = nn.Linear(d, inner, bias=False)
-        self.wk = nn.Linear(d, inner, bias=False)
-        self.wv = nn.Linear(d, inner, bias=False)
+        self.wq = Linear(d, inner)
+        self.wk = Linear(d, inner)
+        self.wv = Linear(d, inner)
         self.conv_q = CausalShortConv(inner, c.conv_size)
         self.conv_k = CausalShortConv(inner, c.conv_size)
         self.conv_v = CausalShortConv(inner, c.conv_size)
-        self.w_beta = nn.Linear(d, H, bias=False)
-        self.f_down = nn.Linear(d, c.gate_rank, bias=False)
-        self.f_up = nn.Linear(c.gate_rank, inner, bias=False)
+        self.w_beta = Linear(d, H)
+        self.f_down = Linear(d, c.gate_rank)
+        self.f_up = Linear(c.gate_rank, inner)
         self.A_log = nn.Parameter(torch.empty(H).uniform_(1.0, 16.0).log())
         dt = torch.empty(inner).uniform_(math.log(1e-3), math.log(0.1)).exp()
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
-        self.g_down = nn.Linear(d, c.gate_rank, bias=False)
-        self.g_up = nn.Linear(c.gate_rank, inner, bias=False)
+        self.g_down = Linear(d, c.gate_rank)
+        self.g_up = Linear(c.gate_rank, inner)
         self.o_norm = nn.RMSNorm(K, eps=cfg.norm_eps)
-        self.wo = nn.Linear(inner, d, bias=False)
+        self.wo = Linear(inner, d)
 
     def _heads(self, x_BTI: Tensor) -> Tensor:
         B, T, _ = x_BTI.shape

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.registry import register_attention
 from shared.model.attention.swa import blocked_window_attention, sliding_window_mask
 from shared.model.rope import RotaryEmbedding
@@ -47,7 +48,7 @@ class BlockCompressor(nn.Module):
         super().__init__()
         self.block = block
         self.pos_LD = nn.Parameter(torch.zeros(block, dim))
-        self.mlp = nn.Sequential(nn.Linear(block * dim, dim, bias=False), nn.SiLU(), nn.Linear(dim, dim, bias=False))
+        self.mlp = nn.Sequential(Linear(block * dim, dim), nn.SiLU(), Linear(dim, dim))
 
     def forward(self, x_BHTd: Tensor) -> Tensor:
         """(B, H, T, d) -> (B, H, T // block, d); a trailing incomplete block is not compressed."""
@@ -69,12 +70,12 @@ class NativeSparseAttention(nn.Module):
         self.n_selected = c.n_selected
         self.window = c.window
         d, H, Hk, hd = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.resolved_head_dim
-        self.wq = nn.Linear(d, H * hd, bias=False)
-        self.wkv = nn.Linear(d, 6 * Hk * hd, bias=False)  # k, v for compression, selection, window
+        self.wq = Linear(d, H * hd)
+        self.wkv = Linear(d, 6 * Hk * hd)  # k, v for compression, selection, window
         self.compress_k = BlockCompressor(self.block, hd)
         self.compress_v = BlockCompressor(self.block, hd)
         self.w_gate = nn.Linear(d, 3 * H, bias=True)
-        self.wo = nn.Linear(H * hd, d, bias=False)
+        self.wo = Linear(H * hd, d)
         self.rope = RotaryEmbedding(hd, cfg.max_seq_len, cfg.rope_theta)
         self.impl = "gather"  # gather (default, O(T·(n·l + w)) besides compression) | reference
 
