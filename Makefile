@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # the benchmark peers (bench extra) are installed too: `slow` tests run every benchmark in quick mode
 PYTEST_FLAGS ?=
 
-.PHONY: install test test-fast test-gpu lint bench demo clean
+.PHONY: install test test-fast test-gpu gpu-wheels lint bench demo clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test-fast: install
 
 test-gpu: install
 	$(VENV)/bin/pytest -m gpu $(PYTEST_FLAGS)
+
+## wheels a lent GPU machine's CUDA image lacks (it has torch, triton, transformers, pytest; no
+## registry): scripts/gpu_checks.sh installs them there from .gpu-wheels/ (docs/gpu-checks.md)
+gpu-wheels: install
+	$(PY) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .gpu-wheels \
+		"pydantic==$$($(PY) -c 'import pydantic; print(pydantic.VERSION)')"
 
 lint: install
 	$(VENV)/bin/ruff check .

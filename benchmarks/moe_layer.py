@@ -215,6 +215,8 @@ def cpu_bench(args) -> dict:
 
 def gpu_bench(args) -> dict:
     """Tokens/s of one MoE layer fwd+bwd in bf16 at the proxy-7b2a layer shape, per backend."""
+    if not torch.cuda.is_available():
+        raise SystemExit("--gpu needs a CUDA device, and torch sees none")
     d, E, F, K, S = 2560, 64, 512, 8, 2
     T = args.tokens if args.tokens != 4096 else 16384
     result: dict = {"shape": f"d{d} E{E} F{F} top{K} shared{S} T{T} bf16"}
