@@ -47,7 +47,7 @@ class _FusedRoutedExperts(torch.autograd.Function):
             tok = tok_A[rows]
             x_cD = x_TD.index_select(0, tok)
             h1, h3 = mm_nt(x_cD, w1_EFD[e]), mm_nt(x_cD, w3_EFD[e])
-            h = F.silu(h1).mul_(h3).mul_(s_A[rows, None])
+            h = F.silu(h1).mul_(h3).mul_(s_A[rows, None].to(h1.dtype))
             out_TD.index_add_(0, tok, mm_nt(h, w2_EDF[e]))
             h1s.append(h1)
             h3s.append(h3)
@@ -73,7 +73,8 @@ class _FusedRoutedExperts(torch.autograd.Function):
                 continue
             rows = slice(start, start + c)
             tok = tok_A[rows]
-            h1, h3, s = ctx.h1s[e], ctx.h3s[e], s_A[rows, None]
+            h1, h3 = ctx.h1s[e], ctx.h3s[e]
+            s = s_A[rows, None].to(h1.dtype)  # fp32 routing weights with bf16 activations: compute in theirs
             dy_cD = dout_TD.index_select(0, tok)
             a = F.silu(h1)
             g = a * h3  # SwiGLU before the routing weight

@@ -100,6 +100,20 @@ def test_fused_matches_loop_with_capacity_idle_experts_and_frozen_inputs(capacit
         assert torch.equal(grads[1][-1][4:], torch.zeros_like(grads[1][-1][4:]))
 
 
+def test_fused_runs_bf16_activations_with_fp32_routing_weights_like_loop():
+    T, D, F, E, K = 64, 32, 16, 4, 2
+    x = torch.randn(T, D, generator=torch.Generator().manual_seed(18)).bfloat16().requires_grad_()
+    w1, w3, w2 = (w.detach().bfloat16().requires_grad_() for w in _weights(E, F, D, 19))
+    idx, wts = _routing(T, E, K, 20)  # softmax weights stay fp32
+    results = []
+    for backend in ("loop", "fused"):
+        out, _ = moe_experts_forward(x, idx, wts, w1, w3, w2, backend=backend)
+        results.append((out, *torch.autograd.grad(out.float().sum(), (x, wts, w1, w3, w2))))
+    for a, b in zip(*results, strict=True):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(b.float(), a.float(), atol=0.05, rtol=0.02)
+
+
 def test_fused_with_onednn_gemms_matches_reference_at_a_realistic_size():
     """Per-expert GEMMs big enough for `cpu_gemm` to take oneDNN (the small shapes above stay on
     torch's `mm`): the fast library must give the same function and gradients."""
