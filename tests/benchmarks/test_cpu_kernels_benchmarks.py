@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _quick(script: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / script), "--quick"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+from tests.benchmark_run import run_benchmark
 
 
 def test_cpu_gemm_quick_reports_both_libraries_per_shape():
-    result = _quick("cpu_gemm.py")
+    result = run_benchmark("cpu_gemm.py", "--quick", timeout=300)
     assert result["ratio"] > 0 and result["library"] in ("onednn", "mkl")
     assert len(result["gflops"]) == 6
     assert all(v["torch.mm"] > 0 and v["mm_nt"] > 0 for v in result["gflops"].values())
 
 
 def test_expert_fusion_quick_reports_speedups_and_autos_choice():
-    result = _quick("expert_fusion.py")
+    result = run_benchmark("expert_fusion.py", "--quick", timeout=300)
     assert result["shapes"] == len(result["speedups"]) == 2
     assert all(s > 0 for s in result["speedups"].values())
     assert 0 <= result["auto_right"] <= result["shapes"]

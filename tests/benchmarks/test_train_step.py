@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.benchmark_run import run_benchmark
 
 
 @pytest.mark.slow
 def test_train_step_quick_prints_ratios() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "train_step.py"), "--quick"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_benchmark("train_step.py", "--quick")
     tps = result["tokens_per_s"]
     assert {"ours", "hf[grouped_mm]", "hf[eager]", "torchtitan"} <= set(tps)
     assert all(v > 0 and math.isfinite(v) for v in tps.values())

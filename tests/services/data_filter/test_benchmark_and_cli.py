@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from moelab.cli import app
+from tests.benchmark_run import run_benchmark
 from tests.services.data_filter import realtext
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow
 def test_benchmark_quick_prints_ratio_and_agreement_last():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "data_filter.py"), "--quick"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-2000:]
-    last = json.loads(out.stdout.strip().splitlines()[-1])
+    last = run_benchmark("data_filter.py", "--quick")
     assert last["ratio"] > 0 and 0 <= last["agreement"] <= 1
     assert last["agreement"] >= 0.99, last  # same keep decisions on the shared rules
     assert last["kept_ours"] > 0

@@ -3,24 +3,15 @@ all-to-all over 2 gloo processes and its last line is the result JSON."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.benchmark_run import run_benchmark
 
 
 def test_ep_overlap_benchmark_quick_prints_both_times_and_ratio() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "ep_overlap.py"), "--quick"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_benchmark("ep_overlap.py", "--quick")
     for name in ("step", "layer"):
         for variant in ("no_overlap", "halves", "overlap"):
             seconds = result[f"{name}_s_{variant}"]

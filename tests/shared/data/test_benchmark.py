@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.benchmark_run import run_benchmark
 
 
 @pytest.mark.slow
 def test_tokenize_benchmark_quick_prints_overhead_json():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tokenize.py"), "--quick", "--mb", "0.3"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_benchmark("tokenize.py", "--quick", "--mb", "0.3")
     assert {"overhead", "raw_tokens_per_s", "shard_tokens_per_s", "tokens"} <= set(result)
     assert result["tokens"] > 10_000 and result["raw_tokens_per_s"] > 0 and result["shard_tokens_per_s"] > 0
     assert result["overhead"] == pytest.approx(result["raw_tokens_per_s"] / result["shard_tokens_per_s"] - 1, rel=1e-2, abs=1e-3)

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.benchmark_run import run_benchmark
 
 
 @pytest.mark.slow
 def test_moe_layer_benchmark_quick_prints_ratios():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "moe_layer.py"), "--quick"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_benchmark("moe_layer.py", "--quick")
     assert result["ratio"] > 0 and result["ratio_mkl"] > 0 and result["ratio_unfused"] > 0
     assert "ratio_torchtitan" in result
     assert result["hf_fastest"] in ("grouped_mm", "eager")
@@ -31,10 +21,5 @@ def test_moe_layer_benchmark_quick_prints_ratios():
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_moe_layer_benchmark_gpu_mode_reports_tokens_per_s():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "moe_layer.py"), "--gpu", "--repeats", "3"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_benchmark("moe_layer.py", "--gpu", "--repeats", "3")
     assert result["grouped_mm_tokens_per_s"] > 0 and result["triton_tokens_per_s"] > 0

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchmark_run import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.slow
 def test_attention_benchmark_quick_prints_exponents_json():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--quick", "--kinds", "gqa", "swa", "kda"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_benchmark("attention.py", "--quick", "--kinds", "gqa", "swa", "kda")
     for key in ("swa_exponent", "kda_exponent", "full_exponent"):
-        assert math.isfinite(result[key]), (key, out.stdout[-3000:])
+        assert math.isfinite(result[key]), (key, result)
     assert result["full_exponent"] == result["gqa_exponent"]
     for kind in ("gqa", "swa", "kda"):
         for T in (128, 256, 512):
