@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from shared.config.attention import ATTENTION_KINDS, AttentionConfig  # noqa: F401  (re-exported)
 from shared.config.base import Section
@@ -23,6 +23,19 @@ class BalanceConfig(Section):
     seq_aux_alpha: float = Field(1e-4, ge=0.0, le=1.0, description="α of DeepSeek-V3's sequence-wise auxiliary loss (0 = off).")
     switch_aux_alpha: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the classic Switch-style load-balancing loss.")
     z_loss_coef: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the router z-loss (ST-MoE).")
+
+
+class BungeeConfig(Section):
+    """The Kaiju-style recipe's bungee: "a single scalar at the output of the experts' pre-output norm,
+    initialised at 2.0". Where that output is, is a reading: the pre-FFN norm's output that feeds
+    the router and experts (`input`), or the MoE layer's combined expert output (`output`)."""
+
+    enabled: bool = Field(True, description="Use the learnable bungee scalar.")
+    init: float = Field(2.0, gt=0.0, le=100.0, description="Initial value of the scalar (the recipe's 2.0).")
+    placement: Literal["input", "output"] = Field(
+        "input", description="input: scales the normed MoE input (router and experts see it); output: scales the "
+        "combined routed + shared expert output.",
+    )
 
 
 class MoEConfig(Section):
@@ -43,12 +56,19 @@ class MoEConfig(Section):
         description="Expert dispatch kernel: loop (reference), grouped_mm (torch._grouped_mm), triton, "
         "fused (whole routed path per expert), auto (grouped_mm on CUDA; on CPU fused for large layers, else loop).",
     )
-    bungee: bool = Field(True, description="Learnable scalar on the experts' pre-output norm, initialised at bungee_init.")
-    bungee_init: float = Field(2.0, gt=0.0, le=100.0, description="Initial value of the bungee scalar.")
+    bungee: BungeeConfig = Field(
+        default_factory=BungeeConfig, description="The learnable bungee scalar (true/false switches it on/off)."
+    )
     balance: BalanceConfig = Field(default_factory=BalanceConfig, description="Load-balancing losses and bias update.")
     precision: PrecisionConfig = Field(
         default_factory=PrecisionConfig, description="Number format of expert (and dense) GEMMs: bf16, fp8, nvfp4."
     )
+
+    @field_validator("bungee", mode="before")
+    @classmethod
+    def _bungee_switch(cls, value):
+        """`bungee: false` / `model.moe.bungee=true` switch the scalar with its other knobs at their defaults."""
+        return {"enabled": value} if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _check_routing(self) -> MoEConfig:
@@ -63,11 +83,35 @@ class MoEConfig(Section):
         return self
 
 
+# Model fields that set a matrix's fan-in or fan-out (widths): the ones `mup.base_shapes` may give.
+WIDTH_FIELDS = (
+    "n_heads", "n_kv_heads", "head_dim", "dense_hidden", "moe.expert_hidden",
+    "attention.mla.q_lora_rank", "attention.mla.kv_lora_rank", "attention.mla.qk_nope_head_dim",
+    "attention.mla.qk_rope_head_dim", "attention.mla.v_head_dim",
+    "attention.kda.n_heads", "attention.kda.head_dim", "attention.kda.gate_rank",
+)
+
+
 class MuPConfig(Section):
-    enabled: bool = Field(True, description="Use muP: width-aware init and per-group LR multipliers relative to base_width.")
-    base_width: int = Field(64, ge=8, description="Width at which muP multipliers equal 1 (the tuned proxy's width).")
+    enabled: bool = Field(True, description="Use muP: per-matrix init and LR multipliers relative to the base model's shapes.")
+    base_width: int = Field(64, ge=8, description="d_model of the base model (the tuned proxy), where multipliers are 1.")
+    base_shapes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Other widths of the base model, as model fields (e.g. {moe.expert_hidden: 64, n_heads: 4}); "
+        "a width not listed keeps this model's value, i.e. muP treats it as fixed (finite).",
+    )
     embedding_multiplier: float = Field(10.66, gt=0.0, le=1000.0, description="Multiplier on the embedding output.")
     output_multiplier: float = Field(0.125, gt=0.0, le=100.0, description="Multiplier on the output logits.")
+
+    @model_validator(mode="after")
+    def _check_base_shapes(self) -> MuPConfig:
+        unknown = sorted(set(self.base_shapes) - set(WIDTH_FIELDS))
+        if unknown:
+            raise ValueError(f"mup.base_shapes: {unknown} are not width fields; allowed: {list(WIDTH_FIELDS)}")
+        bad = {k: v for k, v in self.base_shapes.items() if v < 1}
+        if bad:
+            raise ValueError(f"mup.base_shapes: widths must be >= 1, got {bad}")
+        return self
 
 
 class ModelConfig(Section):

@@ -1,6 +1,6 @@
 """DeepSeek-V3-style MoE layer: shared experts + fine-grained routed experts, dropless by default.
 
-y = shared(x') + Σ_k w_k · expert_{i_k}(x'), with x' = bungee · x (see `MoELayer`).
+y = shared(x') + Σ_k w_k · expert_{i_k}(x'), with the bungee scalar on x' or on y (see `MoELayer`).
 The layer returns its output and a dict of router statistics; its aux losses (already scaled by
 their coefficients) are in `stats["aux_loss"]`, and the loads seen while training are summed into
 `load_accum_E` for the aux-loss-free bias update applied by `update_bias()` after each optimizer
@@ -28,13 +28,15 @@ if TYPE_CHECKING:
 class MoELayer(nn.Module):
     """Routed + shared SwiGLU experts with a learnable "bungee" scalar.
 
-    The bungee scalar, our reading of the Kaiju-style recipe ("a learnable scalar on the experts'
-    pre-output norm, initialised at 2.0"): the block's pre-FFN RMSNorm output that feeds the
-    experts is multiplied by one learnable scalar (init `bungee_init` = 2.0) before the router and
-    the experts see it. RMSNorm's per-channel gain is decayed/optimised like any vector; the scalar
-    lets the whole expert input stretch or shrink as one "bungee", so experts start with a
-    larger-than-unit input and can pull it back, without touching the residual stream's scale.
-    With `bungee: false` the scalar is absent (x' = x).
+    The bungee scalar, our reading of the Kaiju-style recipe ("a single scalar at the output of the
+    experts' pre-output norm, initialised at 2.0"), placed by `bungee.placement`:
+    - `input`: the block's pre-FFN RMSNorm output that feeds the router and experts is multiplied by
+      the scalar (x' = b·x), so experts start with a larger-than-unit input and can pull it back,
+      without touching the residual stream's scale;
+    - `output`: the combined expert output is multiplied by it (y = b·(shared + routed)), the
+      scalar then sets how loudly the MoE writes into the residual stream.
+    RMSNorm's per-channel gain is optimised like any vector; the scalar moves the whole thing as one.
+    With `bungee: false` the scalar is absent.
     """
 
     def __init__(self, d_model: int, cfg: MoEConfig) -> None:
@@ -43,7 +45,7 @@ class MoELayer(nn.Module):
         self.router = Router(d_model, cfg)
         self.experts = RoutedExperts(cfg.n_routed_experts, d_model, cfg.expert_hidden, cfg.dispatch_backend)
         self.shared = SwiGLU(d_model, cfg.n_shared_experts * cfg.expert_hidden) if cfg.n_shared_experts else None
-        self.bungee = nn.Parameter(torch.tensor(float(cfg.bungee_init))) if cfg.bungee else None
+        self.bungee = nn.Parameter(torch.tensor(float(cfg.bungee.init))) if cfg.bungee.enabled else None
         self.register_buffer("load_accum_E", torch.zeros(cfg.n_routed_experts, dtype=torch.float32), persistent=False)
 
     def capacity(self, n_tokens: int) -> int | None:
@@ -56,12 +58,15 @@ class MoELayer(nn.Module):
     def forward(self, x_BTD: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         cfg = self.cfg
         B, T, D = x_BTD.shape
-        if self.bungee is not None:
+        scale_input = self.bungee is not None and cfg.bungee.placement == "input"
+        if scale_input:
             x_BTD = x_BTD * self.bungee.to(x_BTD.dtype)
         x_ND = x_BTD.reshape(B * T, D)
         r = self.router(x_ND)
         routed_ND, routing = self.experts(x_ND, r.idx_TK, r.weights_TK, self.capacity(B * T))
         y_ND = routed_ND if self.shared is None else routed_ND + self.shared(x_ND)
+        if self.bungee is not None and not scale_input:
+            y_ND = y_ND * self.bungee.to(y_ND.dtype)
         load_E = torch.bincount(r.idx_TK.reshape(-1), minlength=cfg.n_routed_experts)
         if self.training:
             self.load_accum_E += load_E.to(self.load_accum_E.dtype)

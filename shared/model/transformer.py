@@ -16,7 +16,13 @@ from shared.kernels import cpu_gemm
 from shared.model.attention import build_attention
 from shared.model.ffn import SwiGLU
 from shared.model.moe import MoELayer
-from shared.model.mup import embedding_multiplier, init_weights, logit_multiplier, lr_multipliers
+from shared.model.mup import (
+    ParamScaling,
+    embedding_multiplier,
+    init_weights,
+    logit_multiplier,
+    param_scalings,
+)
 from shared.model.norm import RMSNorm
 from shared.precision.experts import apply_precision
 
@@ -54,8 +60,10 @@ class MoETransformer(nn.Module):
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.emb_mult = embedding_multiplier(cfg)
         self.logit_mult = logit_multiplier(cfg)
-        init_weights(self, cfg)
-        apply_precision(self, cfg.moe.precision)  # precision (issue 5): expert/dense GEMM formats
+        # muP facts per parameter, by name; kept as plain data so wrapped/sharded copies still find them
+        self.mup_scalings: dict[str, ParamScaling] = param_scalings(self, cfg)
+        init_weights(self, cfg, self.mup_scalings)
+        apply_precision(self, cfg.moe.precision)  # number formats of expert and dense GEMMs
 
     def forward(self, tokens_BT: Tensor) -> tuple[Tensor, dict]:
         x_BTD = self.tok_embeddings(tokens_BT) * self.emb_mult
@@ -83,5 +91,5 @@ class MoETransformer(nn.Module):
             layer.update_bias()
 
     def lr_multipliers(self) -> dict[str, float]:
-        """muP LR multiplier per parameter name (see shared.model.mup)."""
-        return lr_multipliers(self, self.cfg)
+        """Adam-family muP LR multiplier per parameter name (Muon's are in shared.optim.scaling)."""
+        return {name: s.adam_lr_multiplier for name, s in self.mup_scalings.items()}

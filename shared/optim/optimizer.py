@@ -6,11 +6,17 @@ default: the Kaiju-style recipe trains without clipping), steps Muon and AdamW, 
 the weights stochastically to bf16 (bf16 master weights, `model.moe.precision.master_weights`),
 and returns per-group gradient norm and update RMS for logging. `state_dict()` carries both
 optimizers' state and the step counter, so a resumed run continues exactly.
+
+Norms are sums over parameters that may be sharded. A `ParamSum` turns per-parameter local sums
+into the global sum with every element counted once; the default handles FSDP2 DTensors (their
+local pieces are partial sums) and plain tensors (whole). A parallel trainer whose parameters
+are plain shards (expert parallelism) passes its own, so every rank clips by the same factor and
+logs the same norm.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -22,11 +28,34 @@ from shared.optim.muon import Muon
 from shared.optim.schedule import lr_factor
 from shared.precision.formats import BF16, round_to_format
 
+# [(parameter, a float32 sum over this rank's part of it)] -> the sum over the whole parameter set
+ParamSum = Callable[[Sequence[tuple[nn.Parameter, torch.Tensor]]], torch.Tensor]
 
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """The whole tensor, gathered when FSDP2 shards it (a DTensor), for norms and update RMS.
-    Expert-parallel shards are plain tensors: their statistics are this rank's experts."""
-    return t.full_tensor() if isinstance(t, DTensor) else t
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def dtensor_param_sum(pairs: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> torch.Tensor:
+    """Default `ParamSum`: a DTensor parameter's local sum is partial (all-reduced over its mesh
+    through DTensor); a plain parameter's is whole."""
+    total = torch.zeros((), dtype=torch.float32)
+    for p, value in pairs:
+        value = value.float().cpu()
+        if isinstance(p, DTensor):
+            from torch.distributed.tensor import Partial
+
+            value = DTensor.from_local(value.to(p.device), p.device_mesh, [Partial()] * p.device_mesh.ndim).full_tensor().cpu()
+        total = total + value
+    return total
+
+
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    return _local(t).float().pow(2).sum()
+
+
+def _numel(p: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float(_local(p).numel()))
 
 
 class MultiOptimizer:
@@ -38,11 +67,13 @@ class MultiOptimizer:
         cfg: OptimConfig,
         total_steps: int,
         master_weights: str = "fp32",
+        param_sum: ParamSum = dtensor_param_sum,
     ) -> None:
         if master_weights not in ("fp32", "bf16"):
             raise ValueError(f"master_weights must be fp32 or bf16, got {master_weights!r}")
         self.cfg, self.total_steps, self.master_weights = cfg, total_steps, master_weights
         self.groups = groups
+        self.param_sum = param_sum
         self.step_count = 0
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         muon = [self._torch_group(g) for g in groups if g.optimizer == "muon"]
@@ -78,24 +109,31 @@ class MultiOptimizer:
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=set_to_none)
 
+    def grad_norm(self, params: Sequence[nn.Parameter]) -> torch.Tensor:
+        """The global L2 norm of the gradients of `params` (every shard counted once)."""
+        return self.param_sum([(p, _sq(p.grad)) for p in params]).sqrt()
+
     @torch.no_grad()
     def step(self) -> dict[str, float]:
         """One update of every group; returns {"lr", "grad_norm", per-group "grad_norm/…", "update_rms/…"}."""
         self._set_lr()
         stats: dict[str, float] = {"lr": self.current_lr()}
         params = [p for pg in self.param_groups for p in pg["params"] if p.grad is not None]
-        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(_full(p.grad).float()) for p in params])) if params else None
-        if total is not None:
-            stats["grad_norm"] = float(total)
+        if params:
+            total = float(self.grad_norm(params))
+            stats["grad_norm"] = total
             if self.cfg.grad_clip is not None:
-                torch.nn.utils.clip_grads_with_norm_(params, self.cfg.grad_clip, total)
+                coef = min(1.0, self.cfg.grad_clip / (total + 1e-6))
+                if coef < 1.0:
+                    for p in params:
+                        p.grad.mul_(coef)
         before = {}
         if self.cfg.log_stats:
             for pg in self.param_groups:
-                grads = [_full(p.grad).float() for p in pg["params"] if p.grad is not None]
-                if grads:
-                    stats[f"grad_norm/{pg['label']}"] = float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads])))
-                before[pg["label"]] = [p.detach().clone() for p in pg["params"]]
+                with_grad = [p for p in pg["params"] if p.grad is not None]
+                if with_grad:
+                    stats[f"grad_norm/{pg['label']}"] = float(self.grad_norm(with_grad))
+                before[pg["label"]] = [_local(p).detach().clone() for p in pg["params"]]
         for opt in self.optimizers.values():
             opt.step()
         if self.master_weights == "bf16":
@@ -104,9 +142,10 @@ class MultiOptimizer:
                     p.copy_(round_to_format(p, BF16, stochastic=True).to(p.dtype))
         for pg in self.param_groups:
             if pg["label"] in before:
-                diff = torch.cat([(_full(p) - _full(b)).float().reshape(-1)
-                                  for p, b in zip(pg["params"], before[pg["label"]], strict=True)])
-                stats[f"update_rms/{pg['label']}"] = float(diff.pow(2).mean().sqrt())
+                pairs = list(zip(pg["params"], before[pg["label"]], strict=True))
+                sq = self.param_sum([(p, (_local(p) - b).float().pow(2).sum()) for p, b in pairs])
+                count = self.param_sum([(p, _numel(p)) for p, _ in pairs])
+                stats[f"update_rms/{pg['label']}"] = float((sq / count).sqrt())
         self.step_count += 1
         return stats
 
@@ -129,16 +168,21 @@ def build_optimizer(
     total_steps: int,
     lr_multipliers: Mapping[str, float] | None = None,
     master_weights: str | None = None,
+    param_sum: ParamSum = dtensor_param_sum,
 ) -> MultiOptimizer:
     """The optimizer for `model`: groups by `cfg` rules; muP multipliers from the model unless given.
 
-    A model that defines `lr_multipliers()` (shared.model's MoETransformer does, per its muP table)
-    supplies them when `lr_multipliers` is None; `master_weights` defaults to the model config's
-    `moe.precision.master_weights` (else fp32).
+    A model that carries `mup_scalings` (shared.model's MoETransformer does: every parameter's
+    role and muP shape facts) supplies each parameter's optimizer-aware LR multiplier;
+    `lr_multipliers` overrides them by name. `master_weights` defaults to the model config's
+    `moe.precision.master_weights` (else fp32). `param_sum` makes norms global (see ParamSum).
     """
-    if lr_multipliers is None and hasattr(model, "lr_multipliers"):
-        lr_multipliers = model.lr_multipliers()
+    scalings = getattr(model, "mup_scalings", None)
     if master_weights is None:
         precision = getattr(getattr(getattr(model, "cfg", None), "moe", None), "precision", None)
         master_weights = precision.master_weights if precision is not None else "fp32"
-    return MultiOptimizer(build_groups(model, cfg, lr_multipliers), cfg, total_steps, master_weights)
+    groups = build_groups(model, cfg, lr_multipliers, scalings)
+    return MultiOptimizer(groups, cfg, total_steps, master_weights, param_sum)
+
+
+__all__ = ["MultiOptimizer", "ParamSum", "build_optimizer", "dtensor_param_sum"]

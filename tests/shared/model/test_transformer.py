@@ -1,4 +1,4 @@
-"""MoETransformer: shapes, aux, determinism, overfitting a batch, routing options, muP multipliers."""
+"""MoETransformer: shapes, aux, determinism, overfitting a batch, routing options, bungee placement."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from shared.config import load_config
 from shared.config.model import ModelConfig
 from shared.model import MoETransformer, summarize
-from shared.model.mup import param_kind
 
 
 @pytest.fixture(autouse=True)
@@ -108,23 +107,31 @@ def test_group_limited_routing_uses_at_most_topk_groups():
     assert (groups == groups[:, :1]).all()
 
 
-def test_mup_lr_multipliers_scale_hidden_matrices_by_width():
-    cfg = _tiny(**{"d_model": 128, "mup.base_width": 64})
-    model = MoETransformer(cfg)
-    mults = model.lr_multipliers()
-    assert set(mults) == {n for n, _ in model.named_parameters()}
-    for name, p in model.named_parameters():
-        kind = param_kind(name, p)
-        assert mults[name] == (0.5 if kind == "matrix" else 1.0), name
-    assert mults["layers.1.ffn.experts.w1_EFD"] == 0.5
-    assert model.logit_mult == pytest.approx(0.125 / 2)
-    std = model.layers[1].ffn.experts.w1_EFD.std().item()
-    assert std == pytest.approx(cfg.init_std / 2**0.5, rel=0.05)
-
-
 def test_expert_weights_are_3d_and_named_with_shapes():
     cfg = _tiny()
     experts = MoETransformer(cfg).moe_layers()[0].experts
     E, F_, D = cfg.moe.n_routed_experts, cfg.moe.expert_hidden, cfg.d_model
     assert experts.w1_EFD.shape == (E, F_, D) and experts.w3_EFD.shape == (E, F_, D)
     assert experts.w2_EDF.shape == (E, D, F_)
+
+
+def test_bungee_placement_scales_the_moe_input_or_its_output():
+    """input: the router and experts see b·x (so routing changes with b); output: y = b·(shared + routed)
+    (routing does not, and doubling b doubles the layer's output)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 64)
+    outs = {}
+    for placement in ("input", "output"):
+        cfg = _tiny(**{"moe.bungee.placement": placement, "moe.bungee.init": 1.0})
+        layer = MoETransformer(cfg).moe_layers()[0]
+        y1, s1 = layer(x)
+        with torch.no_grad():
+            layer.bungee.fill_(2.0)
+        y2, s2 = layer(x)
+        outs[placement] = (y1, y2, s1["tokens_per_expert"], s2["tokens_per_expert"])
+    y1, y2, load1, load2 = outs["output"]
+    torch.testing.assert_close(y2, 2 * y1)
+    assert torch.equal(load1, load2)
+    y1, y2, _, _ = outs["input"]
+    assert not torch.allclose(y2, 2 * y1)
+    assert _tiny(**{"moe.bungee": "false"}).moe.bungee.enabled is False

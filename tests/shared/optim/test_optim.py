@@ -89,10 +89,12 @@ def test_muon_rejects_vectors():
 
 
 def test_mup_multipliers_scale_matrix_lrs_from_the_model():
-    cfg, model = _tiny(["model.d_model=128", "model.mup.base_width=64"])
+    cfg, model = _tiny(["model.d_model=128", "model.mup.base_width=64", "optim.name=adamw"])
     opt = build_optimizer(model, cfg.optim, total_steps=10)
     by_name = {n: pg for pg in opt.param_groups for n in pg["names"]}
+    # d_model doubles, expert width stays: w1 (fan-in d_model) ×1/2, w2 (fan-in the expert width) ×1
     assert by_name["layers.1.ffn.experts.w1_EFD"]["lr_mult"] == pytest.approx(0.5)
+    assert by_name["layers.1.ffn.experts.w2_EDF"]["lr_mult"] == pytest.approx(1.0)
     assert by_name["tok_embeddings.weight"]["lr_mult"] == 1.0
     _train_step(model, opt, 0)
     base = opt.cfg.lr * lr_factor(0, 10, opt.cfg)
