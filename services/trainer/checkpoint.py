@@ -6,6 +6,10 @@ states) and `meta.json` (step, data-loader position, scheduler, tracker run id, 
 goes to `step_<8-digit step>.tmp` and is renamed only after every rank finished and `meta.json` is
 written; a directory without that final name is never read, so a kill -9 during a save leaves the
 previous checkpoint as the latest loadable one. The newest `keep_last` checkpoints are kept.
+
+Expert-parallel shards are saved as what they are, slices of global (E, …) tensors
+(ep_state.py), so a checkpoint is not tied to the layout that wrote it: EP=2 resumes at EP=1, in
+one process, or at EP=2 again.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from services.trainer.ep_state import as_global, as_local, expert_layout
 
 PREFIX = "step_"
 Optimizers = torch.optim.Optimizer | list[torch.optim.Optimizer] | Any
@@ -90,6 +96,7 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         _barrier()
         model_sd, optim_sd = get_state_dict(model, _torch_optimizers(optimizer))
+        as_global(model_sd, optim_sd, expert_layout(model))
         with warnings.catch_warnings():  # single-process runs are a supported case, not a warning
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
@@ -110,10 +117,13 @@ class CheckpointManager:
         """Restore model, optimizer(s) and this rank's RNG from `path`; returns its meta."""
         optimizer = _torch_optimizers(optimizer)
         model_sd, optim_sd = get_state_dict(model, optimizer)
+        layout = expert_layout(model)
+        as_global(model_sd, optim_sd, layout)
         state = {"model": model_sd, "optim": optim_sd}
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp.load(state, checkpoint_id=str(path))
+        as_local(state["model"], state["optim"], layout)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         rng_file = path / f"rank{_rank()}.pt"
         if rng_file.exists():

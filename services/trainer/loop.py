@@ -2,8 +2,11 @@
 
 Per step: `grad_accum` micro-batches forward/backward (LM loss + the MoE aux losses), a finite
 check agreed by all ranks (a NaN/Inf step is skipped and counted; `max_bad_steps` in a row stop
-the run naming the last good checkpoint), the optimizer step (Muon + AdamW, schedule, muP), the
-aux-loss-free router-bias update from loads summed over all ranks, metrics and router health.
+the run naming the last good checkpoint), the optimizer step (Muon + AdamW, schedule, muP; the
+gradient norm and clipping global over every shard), the aux-loss-free router-bias update from
+loads summed over all ranks, metrics and router health from the global batch (router_stats.py).
+Rank 0 also appends every logged metric to `<run>/metrics.jsonl`, a local record that needs no
+tracker.
 Checkpoints hold model, optimizer, router biases, RNG, data position and the tracker run id, so
 a resumed run reproduces the uninterrupted one bitwise on CPU.
 """
@@ -24,14 +27,16 @@ from tqdm import tqdm
 from services.trainer.checkpoint import CheckpointManager
 from services.trainer.data import eval_loader, prepare_shards, train_loader, with_parquet_documents
 from services.trainer.health import RouterHealthMonitor
-from services.trainer.metrics import Throughput, memory_gib, mfu
+from services.trainer.metrics import MetricsFile, Throughput, memory_gib, mfu
 from services.trainer.parallel import (
     apply_block_options,
     finish_gradients,
+    global_param_sum,
     parallelize,
     sync_delayed_amaxes,
     sync_router_loads,
 )
+from services.trainer.router_stats import RouterTally, health_inputs, router_metrics
 from shared import tracking
 from shared.config import ExperimentConfig, save_resolved
 from shared.hardware import measured_peak_flops
@@ -86,24 +91,26 @@ def lm_loss(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, loader, batches: int, device: torch.device) -> float:
-    """Mean LM loss over the first `batches` held-out batches (the same ones every time)."""
+def evaluate(model, loader, batches: int, device: torch.device) -> dict[str, float]:
+    """Mean LM loss over the first `batches` held-out batches (the same ones every time), and
+    MaxVio_global: MaxVio of each MoE layer's loads summed over all of them and every rank."""
     loader.load_state_dict({"step": 0})
     model.eval()
     losses = []
+    tally = RouterTally()
     for _ in range(batches):
         batch = next(loader)
-        logits, _ = model(batch.inputs_BT.to(device))
+        logits, aux = model(batch.inputs_BT.to(device))
         losses.append(float(lm_loss(logits, batch.targets_BT.to(device))))
+        tally.add(aux["layers"])
     model.train()
-    return _mean_over_ranks(sum(losses) / len(losses), device)
-
-
-def _layer_health_stats(layers: dict[int, dict], load_sum: dict[int, torch.Tensor]) -> dict[int, dict]:
-    return {
-        i: {"maxvio": float(s["max_vio"]), "entropy": float(s["router_entropy"]), "tokens_per_expert": load_sum[i].tolist()}
-        for i, s in layers.items()
-    }
+    tally.reduce()
+    out = {"eval/loss": _mean_over_ranks(sum(losses) / len(losses), device)}
+    stats = tally.layer_stats()
+    if stats:
+        out["eval/maxvio_global"] = max(s["maxvio"] for s in stats.values())
+        out.update({f"eval/maxvio_global/layer{i}": s["maxvio"] for i, s in stats.items()})
+    return out
 
 
 def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False) -> dict[str, Any]:
@@ -121,7 +128,8 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     model = apply_block_options(model, tc)
     model = parallelize(model, tc, ctx.rank, ctx.world_size)
     autocast = torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=tc.dtype == "bfloat16")
-    optimizer = build_optimizer(model, cfg.optim, tc.steps, master_weights=cfg.model.moe.precision.master_weights)
+    optimizer = build_optimizer(model, cfg.optim, tc.steps, master_weights=cfg.model.moe.precision.master_weights,
+                                param_sum=global_param_sum(model))
 
     if is_main:
         cfg = with_parquet_documents(cfg)
@@ -147,18 +155,19 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     run = tracking.init(config=cfg, name=tc.run_name or cfg.name, tags=["train", cfg.model.ffn], id=run_id,
                         mode=cfg.tracker.mode if is_main else "disabled")
     peak = measured_peak_flops(ctx.device)
-    fwd_flops = flops_per_token(cfg.model, tc.seq_len, counts)
+    train_flops = flops_per_token(cfg.model, tc.seq_len, counts)  # training FLOPs (fwd + bwd) per token
     n_experts = cfg.model.moe.n_routed_experts
     health = RouterHealthMonitor(tc.router_health, n_experts)
     tokens_per_step = tc.micro_batch_size * tc.seq_len * tc.grad_accum * ctx.world_size
     speed = Throughput()
     bar = tqdm(total=tc.steps, initial=start, desc="train", disable=not is_main, dynamic_ncols=True)
+    history = MetricsFile(out / "metrics.jsonl", enabled=is_main)
     last_good = str(latest) if latest else None
     bad_run, final = 0, {}
 
     for step in range(start, tc.steps):
         speed.start()
-        loss_sum, load_sum, layers, aux_sum = 0.0, {}, {}, 0.0
+        loss_sum, aux_sum, tally = 0.0, 0.0, RouterTally()
         for _ in range(tc.grad_accum):
             batch = next(loader)
             with autocast:
@@ -169,9 +178,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
             ((loss + aux["aux_loss"]) / tc.grad_accum).backward()
             loss_sum += float(loss.detach()) / tc.grad_accum
             aux_sum += float(aux["aux_loss"].detach()) / tc.grad_accum
-            layers = aux["layers"]
-            for i, s in layers.items():
-                load_sum[i] = load_sum.get(i, 0) + s["tokens_per_expert"].detach()
+            tally.add(aux["layers"])
         bad = not (math.isfinite(loss_sum) and _grads_finite(model))
         if _all_ranks_max(float(bad), ctx.device) > 0:
             optimizer.zero_grad()
@@ -199,40 +206,35 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
         speed.stop(tokens_per_step)
 
         loss_mean = _mean_over_ranks(loss_sum, ctx.device)
+        tally.reduce()
+        stats = tally.layer_stats()
         if step % tc.log_every == 0 or step == tc.steps - 1:
             tps = speed.rate()
-            metrics = {"loss": loss_mean, "aux_loss": aux_sum, "tokens_per_s": tps, "tokens": (step + 1) * tokens_per_step,
-                       "memory_gib": memory_gib(ctx.device), "bad_steps": bad_total, **opt_stats}
-            util = mfu(tps / max(ctx.world_size, 1), fwd_flops, peak)
+            metrics = {"loss": loss_mean, "aux_loss": _mean_over_ranks(aux_sum, ctx.device), "tokens_per_s": tps,
+                       "tokens": (step + 1) * tokens_per_step, "memory_gib": memory_gib(ctx.device),
+                       "bad_steps": bad_total, **opt_stats, **router_metrics(stats, tally.last)}
+            util = mfu(tps / max(ctx.world_size, 1), train_flops, peak)
             if util is not None:
                 metrics["mfu"] = util
-            if layers:
-                maxvios = [float(s["max_vio"]) for s in layers.values()]
-                metrics["router/maxvio"] = max(maxvios)
-                metrics["router/dead_experts"] = sum(int((load_sum[i] == 0).sum()) for i in layers)
-                metrics["router/entropy"] = sum(float(s["router_entropy"]) for s in layers.values()) / len(layers)
-                for i, s in layers.items():
-                    metrics[f"router/maxvio/layer{i}"] = float(s["max_vio"])
-                    metrics[f"router/bias_max/layer{i}"] = float(s["bias_max"])
-                    metrics[f"router/bias_min/layer{i}"] = float(s["bias_min"])
             run.log(metrics, step=step)
+            history.write(step, metrics)
             final = metrics
             bar.set_postfix(loss=f"{loss_mean:.3f}", tok_s=f"{tps:,.0f}")
-        if layers and (step % tc.hist_every == 0 or step == tc.steps - 1):
-            for i in layers:
-                run.log_histogram(f"router/load/layer{i}", load_sum[i].tolist(), step=step)
-        if layers:
-            for warning in health.observe(step, _layer_health_stats(layers, load_sum)):
-                run.event("router_health", warning.message, layer=warning.layer, kind=warning.kind, step=step)
-                log.warning("router health: %s", warning.message)
-                if tc.router_health.stop_on_collapse:
-                    ckpt.save(step + 1, model, optimizer, _meta(loader, run, optimizer, bad_total))
-                    run.finish(status="failed")
-                    raise TrainingStopped(f"router collapse at step {step}: {warning.message}")
+        if stats and (step % tc.hist_every == 0 or step == tc.steps - 1):
+            for i, s in stats.items():
+                run.log_histogram(f"router/load/layer{i}", s["tokens_per_expert"], step=step)
+        for warning in health.observe(step, health_inputs(stats)):
+            run.event("router_health", warning.message, layer=warning.layer, kind=warning.kind, step=step)
+            log.warning("router health: %s", warning.message)
+            if tc.router_health.stop_on_collapse:
+                ckpt.save(step + 1, model, optimizer, _meta(loader, run, optimizer, bad_total))
+                run.finish(status="failed")
+                raise TrainingStopped(f"router collapse at step {step}: {warning.message}")
         if held_out is not None and ((step + 1) % tc.eval_every == 0 or step == tc.steps - 1):
-            eval_loss = evaluate(model, held_out, tc.eval_batches, ctx.device)
-            run.log({"eval/loss": eval_loss}, step=step)
-            final["eval/loss"] = eval_loss
+            evaluation = evaluate(model, held_out, tc.eval_batches, ctx.device)
+            run.log(evaluation, step=step)
+            history.write(step, evaluation)
+            final.update(evaluation)
         if (step + 1) % tc.checkpoint_every == 0 or step == tc.steps - 1:
             path = ckpt.save(step + 1, model, optimizer, _meta(loader, run, optimizer, bad_total))
             last_good = str(path)
@@ -240,6 +242,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
                 run.artifact(str(path), kind="checkpoint")
         bar.update(1)
     bar.close()
+    history.close()
     run.finish()
     return {**final, "run_id": run.id, "steps": tc.steps, "total_params": counts.total, "active_params": counts.active,
             "checkpoint": last_good, "run_dir": str(out)}

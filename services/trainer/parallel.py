@@ -20,36 +20,44 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
+
 from services.trainer.expert_parallel import ExpertParallelExperts, expert_parallel_layer, route_halves
 from shared.config.train import TrainConfig
 from shared.precision.delayed import DelayedScalingState
 
 __all__ = ["ExpertParallelExperts", "apply_block_options", "expert_parallel_layer", "expert_params",
-           "finish_gradients", "parallelize", "route_halves", "sync_delayed_amaxes", "sync_router_loads"]
+           "finish_gradients", "global_param_sum", "parallelize", "route_halves", "sync_delayed_amaxes",
+           "sync_router_loads"]
 
 
-def _ep_groups(world: int, ep_size: int) -> tuple[list[dist.ProcessGroup], list[dist.ProcessGroup]]:
-    """EP groups hold consecutive ranks; replica groups hold the ranks with the same expert slice."""
-    ep = [dist.new_group(list(range(g * ep_size, (g + 1) * ep_size))) for g in range(world // ep_size)]
-    rep = [dist.new_group(list(range(i, world, ep_size))) for i in range(ep_size)]
-    return ep, rep
+def _ep_mesh(device_type: str, world: int, ep_size: int) -> DeviceMesh:
+    """A (replicas, ep) mesh: EP groups are consecutive ranks (a row), replica groups hold the ranks
+    with the same expert slice (a column). Checkpoints describe expert shards on it (ep_state.py)."""
+    return init_device_mesh(device_type, (world // ep_size, ep_size), mesh_dim_names=("ep_replicate", "ep"))
 
 
 def parallelize(model: nn.Module, tc: TrainConfig, rank: int, world: int) -> nn.Module:
     """Apply EP (ep_size > 1) and FSDP2 (world > 1) in place; a single process is left untouched."""
     model._ep_replica_group = None
+    model._ep_mesh = None
+    model._ep_size = 1
+    model._world = world
+    model._replicated_params = []
     if world == 1:
         return model
+    device_type = next(model.parameters()).device.type
     if tc.ep_size > 1:
-        ep_groups, replica_groups = _ep_groups(world, tc.ep_size)
-        group = ep_groups[rank // tc.ep_size]
+        mesh = _ep_mesh(device_type, world, tc.ep_size)
         for layer in model.moe_layers():
-            expert_parallel_layer(layer, group, rank % tc.ep_size, tc.ep_size, tc.ep_overlap)
-        model._ep_replica_group = replica_groups[rank % tc.ep_size]
-    from torch.distributed.device_mesh import init_device_mesh
+            expert_parallel_layer(layer, mesh.get_group("ep"), rank % tc.ep_size, tc.ep_size, tc.ep_overlap)
+        model._ep_replica_group = mesh.get_group("ep_replicate")
+        model._ep_mesh = mesh
+        model._ep_size = tc.ep_size
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(next(model.parameters()).device.type, (world,))
+    mesh = init_device_mesh(device_type, (world,))
     experts = {p for layer in model.moe_layers() for p in layer.experts.parameters()} if tc.ep_size > 1 else set()
     # FSDP2 cannot shard 0-d parameters (e.g. the bungee scalar): keep them replicated, averaged by hand.
     # In name order: every rank must all-reduce them in the same order (memory addresses differ).
@@ -100,6 +108,30 @@ def finish_gradients(model: nn.Module, tc: TrainConfig, world: int) -> None:
     if group is not None and world // tc.ep_size > 1:
         for p in params:
             dist.all_reduce(p.grad, group=group)
+
+
+def global_param_sum(model: nn.Module):
+    """The optimizer's `ParamSum` for this layout: per-parameter local sums → one global sum, each
+    element counted once, in one all-reduce. FSDP2 DTensor pieces are disjoint (summed over all
+    ranks); an EP shard is disjoint within its EP group and repeated in every replica group (so
+    divided by the number of replicas); the replicated scalars are whole on every rank (÷ world)."""
+    world = getattr(model, "_world", 1)
+    experts = {id(p) for p in expert_params(model)}
+    replicas = world // getattr(model, "_ep_size", 1)
+    device = next(model.parameters()).device  # NCCL reduces device tensors only
+
+    def param_sum(pairs) -> torch.Tensor:
+        parts = torch.zeros(3, dtype=torch.float64, device=device)
+        for p, value in pairs:
+            slot = 0 if isinstance(p, DTensor) else 1 if id(p) in experts else 2
+            parts[slot] += value.detach().double().to(device)
+        if world == 1:
+            return parts.sum().float().cpu()
+        total = (parts[0] + parts[1] / replicas + parts[2] / world).reshape(1)
+        dist.all_reduce(total)
+        return total[0].float().cpu()
+
+    return param_sum
 
 
 @torch.no_grad()

@@ -3,13 +3,9 @@ without the overlapped (two pipelined halves) expert all-to-all."""
 
 from __future__ import annotations
 
-import os
-from queue import Empty
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from services.trainer.parallel import (
     ExpertParallelExperts,
@@ -24,6 +20,7 @@ from shared.config import ConfigError, load_config
 from shared.kernels.dispatch import route_by_expert
 from shared.model import MoETransformer
 from shared.model.experts import RoutedExperts
+from tests.services.trainer.distributed import spawn
 
 STEPS = 3
 
@@ -90,48 +87,13 @@ def _full_grads(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def _worker(rank, world, port, ep_size, variants, queue):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        results = [_run(rank, world, ep_size, extra) for extra in variants]
-        if rank == 0:  # numpy travels by value (tensors would need the sender alive)
-            for result in results:
-                result["grads"] = [{k: v.numpy() for k, v in g.items()} for g in result["grads"]]
-                result["amax"] = {k: v.numpy() for k, v in result["amax"].items()}
-            queue.put(results)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _variants(rank: int, world: int, ep_size: int, variants: list[tuple[str, ...]]) -> list[dict]:
+    return [_run(rank, world, ep_size, extra) for extra in variants]
 
 
 def _spawn(ep_size: int, variants: list[tuple[str, ...]] | None = None) -> list[dict]:
     """Run every variant (extra config overrides) in one pair of spawned gloo processes."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, ep_size, variants or [()], queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = None
-    for _ in range(600):  # poll, so a crashed worker fails the test at once instead of at the timeout
-        try:
-            results = queue.get(timeout=1)
-            break
-        except Empty:
-            assert all(p.exitcode in (None, 0) for p in procs), f"a worker failed: {[p.exitcode for p in procs]}"
-    assert results is not None, "workers timed out"
-    for p in procs:
-        p.join(timeout=300)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    for result in results:
-        result["grads"] = [{k: torch.from_numpy(v) for k, v in g.items()} for g in result["grads"]]
-        result["amax"] = {k: torch.from_numpy(v) for k, v in result["amax"].items()}
-    return results
+    return spawn(_variants, ep_size, variants or [()])
 
 
 def _assert_same_run(got: dict, want: dict, what: str) -> None:
@@ -238,3 +200,45 @@ def test_delayed_fp8_amaxes_are_reduced_over_data_parallel_ranks():
         assert got[0, :3].gt(0).all(), f"{name}: a step left no amax"
         torch.testing.assert_close(got[0, 2, :2], hist[0, 2, :2], rtol=1e-5, atol=0,  # row 2: step 1
                                    msg=lambda m, n=name: f"{n}: x/w amaxes are not the max over both ranks: {m}")
+
+
+def _clipped_run(rank: int, world: int, ep_size: int) -> dict:
+    """Two steps of the real optimizer (Muon + AdamW) with a clip that binds, on the global norm."""
+    from services.trainer.parallel import global_param_sum
+    from shared.optim import build_optimizer
+
+    cfg = _cfg(ep_size, world, "optim.name=muon_adamw", "optim.grad_clip=0.05", "optim.warmup_steps=0")
+    torch.manual_seed(0)
+    model = parallelize(MoETransformer(cfg.model), cfg.train, rank, world)
+    opt = build_optimizer(model, cfg.optim, 10, param_sum=global_param_sum(model))
+    norms = []
+    for tokens in _batches()[:2]:
+        rows = tokens.chunk(world)[rank]
+        logits, aux = model(rows[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 128), rows[:, 1:].reshape(-1)) + aux["aux_loss"]
+        loss.backward()
+        finish_gradients(model, cfg.train, world)
+        stats = opt.step()
+        opt.zero_grad()
+        norms.append([stats["grad_norm"], *(v for k, v in sorted(stats.items()) if k.startswith(("grad_norm/", "update_rms/")))])
+    params = {}
+    for name, p in model.named_parameters():
+        t = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+        if world > 1 and ep_size > 1 and name.endswith(("w1_EFD", "w2_EDF", "w3_EFD")):
+            parts = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(parts, t.contiguous())
+            t = torch.cat(parts)
+        params[name] = t.detach().clone()
+    return {"norms": torch.tensor(norms, dtype=torch.float64), "params": params}
+
+
+@pytest.mark.parametrize("ep_size", [2, 1], ids=["ep2-fsdp2", "fsdp2-only"])
+def test_clipped_step_uses_one_global_norm_equal_to_one_process(ep_size):
+    """Every shard counted once: the logged grad norm (and per-group norms and update RMS) of a
+    2-process EP+FSDP run equal one process's, and after steps that clip, so do the parameters."""
+    single = _clipped_run(0, 1, 1)
+    double = spawn(_clipped_run, ep_size)
+    assert single["norms"][0, 0] > 0.05 * 2  # the clip binds
+    torch.testing.assert_close(double["norms"], single["norms"], rtol=1e-6, atol=1e-6)
+    for name, want in single["params"].items():
+        torch.testing.assert_close(double["params"][name], want, rtol=0, atol=1e-6, msg=name)
