@@ -67,9 +67,9 @@ def as_global(model_sd: dict[str, Any], optim_sd: dict[str, Any], layout: Expert
     for fqn in layout.local_shapes:
         if _matches(model_sd.get(fqn), layout, fqn):
             model_sd[fqn] = _view(model_sd[fqn], layout, fqn)
-        for key, value in optim_sd.get("state", {}).get(fqn, {}).items():
-            if _matches(value, layout, fqn):
-                optim_sd["state"][fqn][key] = _view(value, layout, fqn)
+        states = optim_sd.get("state", {})
+        if fqn in states:  # a new dict: the one given may be the optimizer's live per-parameter state
+            states[fqn] = {key: _view(v, layout, fqn) if _matches(v, layout, fqn) else v for key, v in states[fqn].items()}
 
 
 def as_local(model_sd: dict[str, Any], optim_sd: dict[str, Any], layout: ExpertLayout | None) -> None:
@@ -79,7 +79,6 @@ def as_local(model_sd: dict[str, Any], optim_sd: dict[str, Any], layout: ExpertL
     for fqn in layout.local_shapes:
         if isinstance(model_sd.get(fqn), DTensor):
             model_sd[fqn] = model_sd[fqn].to_local()
-        state = optim_sd.get("state", {}).get(fqn, {})
-        for key, value in state.items():
-            if isinstance(value, DTensor):
-                state[key] = value.to_local()
+        states = optim_sd.get("state", {})
+        if fqn in states:
+            states[fqn] = {key: v.to_local() if isinstance(v, DTensor) else v for key, v in states[fqn].items()}

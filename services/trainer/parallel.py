@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
-
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
