@@ -71,23 +71,33 @@ def register(app: typer.Typer) -> None:
     def mup_check(
         config: str = CONFIG_ARG,
         overrides: list[str] = OVERRIDES_ARG,
-        widths: str = typer.Option("32,64,128,256", "--widths", help="Comma-separated widths (multiples of the head width)."),
-        steps: int = typer.Option(5, "--steps", min=1, help="Optimizer steps recorded per width."),
+        widths: str = typer.Option("64,128,256,512,1024", "--widths", help="Comma-separated widths (multiples of the head width)."),
+        steps: int = typer.Option(3, "--steps", min=1, help="Optimizer steps recorded per width."),
         modes: str = typer.Option("mup,sp", "--modes", help="Parameterisations: mup and/or sp."),
-        out: Path = typer.Option(Path("runs/hparam/coord_check"), "--out", help="Folder for the PNG, table and records."),
+        optimizers: str = typer.Option("adamw,muon_adamw", "--optimizers", help="Optimizers: adamw and/or muon_adamw."),
+        seeds: int = typer.Option(3, "--seeds", min=1, help="Runs (init and data) averaged per point."),
+        micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per step (muP's limit: few tokens vs width)."),
+        seq_len: int = typer.Option(8, "--seq-len", min=8, help="Tokens per sequence."),
+        out: Path = typer.Option(Path("runs/hparam/coord_check"), "--out", help="Folder for the PNG, tables and records."),
         corpus: bool = CORPUS_OPT,
     ) -> None:
-        """Coordinate check: RMS of activations, logits and per-layer updates across widths (muP vs SP)."""
+        """Coordinate check: each matrix's ΔW·x and each block's contribution across widths (muP vs SP)."""
         cfg = _load(config, overrides, out, corpus)
-        from services.trainer.hparam.coord_check import coord_check, coord_table
+        from services.trainer.hparam.coord_check import coord_check, coord_table, summary_table
         from services.trainer.hparam.plots import plot_coord_check
 
-        records = coord_check(cfg, _numbers(widths, "--widths", int), steps, _modes(modes))
-        table = coord_table(records)
-        _write_text(out / "coord_check.md", table + "\n")
+        picked = [o.strip() for o in optimizers.split(",") if o.strip()]
+        try:
+            records = coord_check(cfg, _numbers(widths, "--widths", int), steps, _modes(modes), picked, seeds,
+                                  micro_batch, seq_len)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        summary, table = summary_table(records), coord_table(records)
+        _write_text(out / "coord_check.md", "## hidden matrices, ΔW·x growth exponents\n\n" + summary
+                    + "\n\n## every row\n\n" + table + "\n")
         _write_text(out / "coord_check.json", json.dumps([r.__dict__ for r in records]))
         png = plot_coord_check(records, out / "coord_check.png")
-        typer.echo(table)
+        typer.echo(summary)
         typer.echo(f"\nplot: {png}\ntable: {out / 'coord_check.md'}")
 
     @sweep_group.command("lr", context_settings={"allow_interspersed_args": True})

@@ -33,33 +33,42 @@ def _save(fig, path: str | os.PathLike) -> Path:
 
 
 def plot_coord_check(records: Sequence[CoordRecord], path: str | os.PathLike) -> Path:
-    """Rows: muP, SP. Columns: last-layer activation, logits, updates. x = width (log), one line per step."""
+    """Rows: (optimizer, muP/SP). Columns: ΔW·x of a few hidden matrices (an attention projection,
+    an expert's up and down matrices), the last block's FFN contribution and the logits.
+    x = width (log), one line per step; one y-scale per column, so flat vs growing shows at a glance."""
     plt = _plt()
-    last_layer = max(int(r.metric.rsplit("layer", 1)[1]) for r in records if r.metric.startswith("act/layer"))
-    panels = [f"act/layer{last_layer}", "logits", "update/layer0", f"update/layer{last_layer}", "update/logits"]
-    panels = sorted({p for p in panels if any(r.metric == p for r in records)}, key=metric_order)
-    modes = sorted({r.mup for r in records}, reverse=True)
+    metrics = {r.metric for r in records}
+
+    def first(pattern: str) -> str | None:
+        found = sorted((m for m in metrics if m.startswith("dWx/") and m.endswith(pattern)), key=metric_order)
+        return found[0] if found else None
+
+    last_ffn = max((m for m in metrics if m.startswith("act/ffn")), key=metric_order, default=None)
+    panels = [p for p in (first("attn.wq.weight"), first("experts.w1_EFD"), first("experts.w2_EDF"), last_ffn, "logits")
+              if p in metrics]
+    rows = sorted({(r.optimizer, r.mup) for r in records}, key=lambda k: (k[0], not k[1]))
     steps = sorted({r.step for r in records})
     if len(steps) > 6:  # a readable legend: six steps spread over the run, the last included
         steps = sorted({steps[round(i * (len(steps) - 1) / 5)] for i in range(6)})
-    fig, axes = plt.subplots(len(modes), len(panels), figsize=(3.2 * len(panels), 2.9 * len(modes)), squeeze=False,
-                             sharey="col", layout="constrained")  # one y-scale per column: flat vs growing at a glance
+    fig, axes = plt.subplots(len(rows), len(panels), figsize=(3.2 * len(panels), 2.7 * len(rows)), squeeze=False,
+                             sharey="col", layout="constrained")
     cmap = plt.get_cmap("viridis")
-    for i, mup in enumerate(modes):
+    for i, (opt, mup) in enumerate(rows):
         for j, metric in enumerate(panels):
             ax = axes[i][j]
             for s in steps:
-                pts = sorted((r.width, r.rms) for r in records if r.mup == mup and r.metric == metric and r.step == s)
+                pts = sorted((r.width, r.rms) for r in records
+                             if (r.optimizer, r.mup, r.metric, r.step) == (opt, mup, metric, s))
                 if pts:
                     ax.plot(*zip(*pts, strict=True), marker="o", color=cmap(s / max(steps[-1], 1)), label=f"t={s}")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{'muP' if mup else 'SP'}: {metric}", fontsize=9)
+            ax.set_title(f"{opt}, {'muP' if mup else 'SP'}:\n{metric.removeprefix('dWx/')}", fontsize=8)
             ax.set_xlabel("width")
             if j == 0:
                 ax.set_ylabel("RMS")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle("coordinate check: flat in width under muP, growing under SP")
+    fig.suptitle("coordinate check: ΔW·x per matrix and block outputs, flat in width under muP")
     return _save(fig, path)
 
 

@@ -2,7 +2,10 @@
 
 Width grows by heads at a fixed head width (muP's attention rule then needs no 1/d change,
 Yang et al. 2022 §J) and the expert/dense FFN widths keep their ratio to d_model, so every hidden
-matrix grows with the width. muP's `base_width` stays that of the recipe: the proxy that was tuned.
+matrix grows with the width. The muP base stays the recipe (the proxy that was tuned): its
+`base_width`, and in `mup.base_shapes` the recipe's value of every other width that scaling
+changes (unless the recipe already names a base for it), so each matrix's multipliers compare
+its shape with the recipe's.
 A token budget becomes a step count at the recipe's batch shape; warmup keeps its fraction of the
 run so budgets differ only in length.
 """
@@ -37,8 +40,13 @@ def width_update(cfg: ExperimentConfig, width: int) -> dict:
     scale = width / m.d_model
     upd = {"d_model": width, "head_dim": head_dim, "n_heads": n_heads, "n_kv_heads": n_kv,
            "moe": {"expert_hidden": max(1, round(m.moe.expert_hidden * scale))}}
+    base_shapes = {"n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "moe.expert_hidden": m.moe.expert_hidden}
     if m.dense_hidden is not None:
         upd["dense_hidden"] = max(1, round(m.dense_hidden * scale))
+        base_shapes["dense_hidden"] = m.dense_hidden
+    if m.head_dim is None:  # the recipe's head width was d_model / n_heads; it is now fixed explicitly
+        base_shapes["head_dim"] = head_dim
+    upd["mup"] = {"base_shapes": {**base_shapes, **m.mup.base_shapes}}
     return upd
 
 

@@ -6,19 +6,33 @@ import math
 
 import pytest
 
-from services.trainer.hparam.coord_check import CoordRecord, coord_table, growth_exponents
+from services.trainer.hparam.coord_check import (
+    CoordRecord,
+    coord_table,
+    growth_exponents,
+    hidden_matrix_exponents,
+    summary_table,
+)
 from services.trainer.hparam.lr_law import fit_lr_law, law_report
 from services.trainer.hparam.sweep import TrialResult
 
 
 def test_growth_exponent_is_the_log_log_slope_over_width():
-    records = [CoordRecord(mup, w, 3, "update/layer0", (1.0 if mup else 0.01 * w)) for mup in (True, False)
-               for w in (32, 64, 128)]
+    records = [CoordRecord(mup, w, 3, "dWx/layers.0.attn.wq.weight", (1.0 if mup else 0.01 * w), "adamw", "hidden")
+               for mup in (True, False) for w in (32, 64, 128)]
     slopes = growth_exponents(records)
-    assert slopes[(True, "update/layer0")] == pytest.approx(0.0, abs=1e-12)
-    assert slopes[(False, "update/layer0")] == pytest.approx(1.0)
+    assert slopes[("adamw", True, "dWx/layers.0.attn.wq.weight")] == pytest.approx(0.0, abs=1e-12)
+    assert slopes[("adamw", False, "dWx/layers.0.attn.wq.weight")] == pytest.approx(1.0)
+    assert hidden_matrix_exponents(records) == slopes
     table = coord_table(records)
-    assert "| SP | update/layer0 | 0.32 | 0.64 | 1.28 | +1.00 |" in table
+    assert "| adamw | SP | dWx/layers.0.attn.wq.weight | hidden | 0.32 | 0.64 | 1.28 | +1.00 |" in table
+    assert "| adamw | SP | 1 | +1.00 | +1.00 | +1.00 |" in summary_table(records)
+
+
+def test_only_hidden_matrices_count_for_the_claim():
+    records = [CoordRecord(True, w, 1, "dWx/layers.1.ffn.router.weight_ED", 0.01 * w, "adamw", "output")
+               for w in (32, 64)]
+    assert hidden_matrix_exponents(records) == {}
 
 
 def _results(optimum_for_tokens, lrs, budgets):

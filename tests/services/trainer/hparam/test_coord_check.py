@@ -1,0 +1,33 @@
+"""The coordinate check sees a wrong hidden-matrix scaling: ΔW·x of every hidden matrix stays flat in
+width under muP, with AdamW and with Muon, and grows under standard parameterisation."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.trainer.hparam.coord_check import coord_check, hidden_matrix_exponents
+from tests.services.trainer.conftest import tiny_cfg
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, doc_globs):
+    tmp = tmp_path_factory.mktemp("coord")
+    cfg = tiny_cfg(tmp, doc_globs, "model.n_layers=2")
+    return coord_check(cfg, [32, 64, 128], steps=2, seeds=2)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon_adamw"])
+def test_hidden_matrix_updates_are_flat_in_width_under_mup(records, optimizer):
+    slopes = {k[2]: v for k, v in hidden_matrix_exponents(records).items() if k[:2] == (optimizer, True)}
+    assert len(slopes) >= 12  # attention, dense/shared FFN and every expert matrix
+    assert sum(abs(v) for v in slopes.values()) / len(slopes) < 0.1, slopes
+    assert max(abs(v) for v in slopes.values()) < 0.3, slopes
+
+
+def test_hidden_matrix_updates_grow_with_width_under_sp(records):
+    adam = [v for k, v in hidden_matrix_exponents(records).items() if k[:2] == ("adamw", False)]
+    muon = [v for k, v in hidden_matrix_exponents(records).items() if k[:2] == ("muon_adamw", False)]
+    assert sum(adam) / len(adam) > 0.5 and min(adam) > 0.3
+    assert sum(muon) / len(muon) > 0.3  # Muon's RMS matching already grows its step only as √width
