@@ -108,6 +108,7 @@ def register(app: typer.Typer) -> None:
         lrs: str = typer.Option(..., "--lrs", help="Comma-separated peak LRs, e.g. 1e-3,3e-3,1e-2."),
         modes: str = typer.Option("mup,sp", "--modes", help="Parameterisations: mup and/or sp."),
         tokens: int = typer.Option(None, "--tokens", min=1, help="Training tokens per trial (default: the recipe's steps)."),
+        seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per (width, LR); optima use the mean and a bootstrap error."),
         out: Path = typer.Option(Path("runs/hparam/sweep"), "--out", help="Results folder; rerunning resumes it."),
         no_ray: bool = typer.Option(False, "--no-ray", help="Train the trials one by one in this process."),
         cpus_per_trial: float = typer.Option(0.5, "--cpus-per-trial", min=0.01, help="Ray CPUs per trial (fractional)."),
@@ -119,8 +120,8 @@ def register(app: typer.Typer) -> None:
         from services.trainer.hparam.plots import plot_sweep
         from services.trainer.hparam.sweep import Trial, run_sweep
 
-        trials = [Trial(w, m, lr, tokens) for m in _modes(modes) for w in _numbers(widths, "--widths", int)
-                  for lr in _numbers(lrs, "--lrs")]
+        trials = [Trial(w, m, lr, tokens, s) for m in _modes(modes) for w in _numbers(widths, "--widths", int)
+                  for lr in _numbers(lrs, "--lrs") for s in range(seeds)]
         if not no_ray:
             _init_ray(cfg)
         outcome = run_sweep(cfg, trials, out, use_ray=not no_ray, cpus_per_trial=cpus_per_trial, run_name="sweep-lr")
@@ -145,6 +146,9 @@ def register(app: typer.Typer) -> None:
         target: float = typer.Option(..., "--target", min=1, help="Token budget to predict the optimal LR for, e.g. 1e13."),
         width: int = typer.Option(None, "--width", help="Proxy width (default: the recipe's d_model)."),
         level: float = typer.Option(0.9, "--level", min=0.5, max=0.999, help="Prediction-interval level."),
+        seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per (budget, LR); optima use the mean and a bootstrap error."),
+        holdout: int = typer.Option(None, "--holdout-tokens", min=1,
+                                    help="A budget outside the fit: sweep it (same LRs + the predicted LR) and check the law."),
         out: Path = typer.Option(Path("runs/hparam/lr_law"), "--out", help="Results folder; rerunning resumes it."),
         no_ray: bool = typer.Option(False, "--no-ray", help="Train the trials one by one in this process."),
         cpus_per_trial: float = typer.Option(0.5, "--cpus-per-trial", min=0.01, help="Ray CPUs per trial (fractional)."),
@@ -158,7 +162,9 @@ def register(app: typer.Typer) -> None:
         from services.trainer.hparam.sweep import Trial, run_sweep
 
         w, mup = width or cfg.model.d_model, cfg.model.mup.enabled
-        trials = [Trial(w, mup, lr, int(t)) for t in _numbers(tokens, "--tokens", int) for lr in _numbers(lrs, "--lrs")]
+        grid = _numbers(lrs, "--lrs")
+        trials = [Trial(w, mup, lr, int(t), s) for t in _numbers(tokens, "--tokens", int) for lr in grid
+                  for s in range(seeds)]
         if not no_ray:
             _init_ray(cfg)
         outcome = run_sweep(cfg, trials, out, use_ray=not no_ray, cpus_per_trial=cpus_per_trial, run_name="lr-law")
@@ -176,6 +182,26 @@ def register(app: typer.Typer) -> None:
         png = plot_law(law, target, out / "lr_law.png", level)
         typer.echo(sweep_table(outcome.results) + "\n\n" + report)
         typer.echo(f"\nplot: {png}")
+        if holdout is not None:
+            from services.trainer.hparam.lr_law import holdout_check
+
+            predicted = law.fit.predict(holdout, level)[0]
+            check_trials = [Trial(w, mup, lr, holdout, s) for lr in [*grid, predicted] for s in range(seeds)]
+            checked = run_sweep(cfg, check_trials, out, use_ray=not no_ray, cpus_per_trial=cpus_per_trial,
+                                run_name="lr-law-holdout")
+            try:
+                check = holdout_check(law, checked.results, checked.results[0].tokens, w, mup, level)
+            except (ValueError, IndexError) as exc:
+                typer.secho(f"hold-out check failed: {exc}", fg=typer.colors.RED, err=True)
+                raise typer.Exit(code=1) from None
+            _write_text(out / "holdout.json", json.dumps({
+                "tokens": check.tokens, "predicted_lr": check.predicted_lr, "interval": list(check.interval),
+                "measured_lr": check.measured.lr, "measured_ln_lr_se": check.measured.ln_lr_se,
+                "inside_interval": check.inside_interval, "loss_at_prediction": check.loss_at_prediction,
+                "best_loss": check.best_loss, "loss_lost": check.loss_lost, "fit_r2": law.fit.r2, "fit_n": law.fit.n,
+                "max_fit_tokens": max(t for t, _ in law.points)}, indent=1))
+            _write_text(out / "holdout.md", sweep_table(checked.results) + "\n\n" + check.report() + "\n")
+            typer.echo("\n" + sweep_table(checked.results) + "\n\n" + check.report())
 
     app.add_typer(mup_group, name="mup")
     app.add_typer(sweep_group, name="sweep")

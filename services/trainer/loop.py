@@ -160,6 +160,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     health = RouterHealthMonitor(tc.router_health, n_experts)
     tokens_per_step = tc.micro_batch_size * tc.seq_len * tc.grad_accum * ctx.world_size
     speed = Throughput()
+    per_micro_batch = cfg.model.moe.balance.bias_update_every == "micro_batch"
     bar = tqdm(total=tc.steps, initial=start, desc="train", disable=not is_main, dynamic_ncols=True)
     history = MetricsFile(out / "metrics.jsonl", enabled=is_main)
     last_good = str(latest) if latest else None
@@ -176,6 +177,9 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
             if step in tc.fault_inject_nan_steps:
                 loss = loss * float("nan")
             ((loss + aux["aux_loss"]) / tc.grad_accum).backward()
+            if per_micro_batch:  # after the backward: a recomputed forward must route as the first did
+                sync_router_loads(model)
+                model.update_router_biases()
             loss_sum += float(loss.detach()) / tc.grad_accum
             aux_sum += float(aux["aux_loss"].detach()) / tc.grad_accum
             tally.add(aux["layers"])
@@ -201,8 +205,9 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
         sync_delayed_amaxes(model)
         opt_stats = optimizer.step()
         optimizer.zero_grad()
-        sync_router_loads(model)
-        model.update_router_biases()
+        if not per_micro_batch:
+            sync_router_loads(model)
+            model.update_router_biases()
         speed.stop(tokens_per_step)
 
         loss_mean = _mean_over_ranks(loss_sum, ctx.device)

@@ -20,6 +20,13 @@ class BalanceConfig(Section):
     bias_update_rate: float = Field(
         1e-3, ge=0.0, le=1.0, description="γ of aux-loss-free balancing: b_i += γ·sign(mean_load − load_i) per step (0 = off)."
     )
+    bias_update_rule: Literal["sign", "error"] = Field(
+        "sign", description="sign: b_i += γ·sign(mean − load_i) (DeepSeek-V3); error: b_i += γ·(mean − load_i)/mean, "
+        "a step proportional to the relative load error (large when an expert is flooded, ~0 near balance).",
+    )
+    bias_update_every: Literal["step", "micro_batch"] = Field(
+        "step", description="Apply the bias update after every optimizer step, or after every micro-batch's backward."
+    )
     seq_aux_alpha: float = Field(1e-4, ge=0.0, le=1.0, description="α of DeepSeek-V3's sequence-wise auxiliary loss (0 = off).")
     switch_aux_alpha: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the classic Switch-style load-balancing loss.")
     z_loss_coef: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the router z-loss (ST-MoE).")

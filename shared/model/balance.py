@@ -46,10 +46,19 @@ def router_z_loss(logits_TE: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def bias_update_(bias_E: Tensor, load_E: Tensor, rate: float) -> None:
-    """In place: b_i += γ·sign(mean_load − load_i). No-op when γ = 0 or no token was routed."""
+def bias_update_(bias_E: Tensor, load_E: Tensor, rate: float, rule: str = "sign") -> None:
+    """In place: b_i += γ·sign(mean − load_i) (rule "sign", DeepSeek-V3) or γ·(mean − load_i)/mean
+    (rule "error": the step follows the relative load error, so a flooded expert is pushed back
+    in a few steps and a balanced router is left alone instead of jittering by ±γ).
+    No-op when γ = 0 or no token was routed."""
     if rate == 0.0:
         return
     load = load_E.to(bias_E.dtype)
-    step = torch.sign(load.mean() - load) * rate
+    mean = load.mean()
+    if rule == "sign":
+        step = torch.sign(mean - load) * rate
+    elif rule == "error":
+        step = (mean - load) / mean.clamp_min(1e-20) * rate
+    else:
+        raise ValueError(f"unknown bias update rule {rule!r}; use sign or error")
     bias_E.add_(torch.where(load.sum() > 0, step, torch.zeros_like(step)))

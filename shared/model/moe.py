@@ -84,6 +84,7 @@ class MoELayer(nn.Module):
 
     @torch.no_grad()
     def update_bias(self) -> None:
-        """Aux-loss-free step b_i += γ·sign(mean − load_i) from loads since the last call; resets them."""
-        bias_update_(self.router.expert_bias_E, self.load_accum_E, self.cfg.balance.bias_update_rate)
+        """Aux-loss-free bias step (`balance.bias_update_rule`) from loads since the last call; resets them."""
+        bal = self.cfg.balance
+        bias_update_(self.router.expert_bias_E, self.load_accum_E, bal.bias_update_rate, bal.bias_update_rule)
         self.load_accum_E.zero_()

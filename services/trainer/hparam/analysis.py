@@ -12,19 +12,27 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.trainer.hparam.fit import ParabolaOptimum, fit_power_law, parabola_optimum
+from services.trainer.hparam.fit import ParabolaOptimum, bootstrap_optimum, fit_power_law
 from services.trainer.hparam.sweep import TrialResult
 
 
 def optimal_lrs(results: Sequence[TrialResult]) -> dict[tuple[int, bool, int], ParabolaOptimum]:
-    """{(tokens, mup, width): the parabola-fit optimum of that LR sweep} for every sweep with ≥ 3 LRs."""
-    groups: dict[tuple[int, bool, int], list[TrialResult]] = {}
+    """{(tokens, mup, width): the parabola-fit optimum of that LR sweep} for every sweep with ≥ 3 LRs.
+
+    With several seeds the parabola is fitted to the per-LR mean loss over the seeds every LR has,
+    and the optimum carries a bootstrap standard error of ln(lr*) over those seeds."""
+    groups: dict[tuple[int, bool, int], dict[float, dict[int, float]]] = {}
     for r in results:
-        groups.setdefault((r.tokens, r.mup, r.width), []).append(r)
+        groups.setdefault((r.tokens, r.mup, r.width), {}).setdefault(r.lr, {})[r.seed] = r.loss
     out = {}
-    for key, rs in sorted(groups.items()):
-        if sum(math.isfinite(r.loss) for r in rs) >= 3:
-            out[key] = parabola_optimum([r.lr for r in rs], [r.loss for r in rs])
+    for key, by_lr in sorted(groups.items()):
+        seeds = sorted(set.intersection(*(set(v) for v in by_lr.values())))
+        if not seeds:
+            continue
+        lrs = sorted(by_lr)
+        table = [[by_lr[lr][s] for s in seeds] for lr in lrs]
+        if sum(all(math.isfinite(v) for v in row) for row in table) >= 3:
+            out[key] = bootstrap_optimum(lrs, table)
     return out
 
 

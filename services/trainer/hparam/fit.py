@@ -6,10 +6,13 @@
    each side by default: parabolic interpolation, which follows a sharp minimum better than a
    least-squares fit over a wider window; pass more for noisy sweeps) and take x* = −c1 / (2·c2). A best point at the edge of the grid or a fit with no curvature cannot locate
    a minimum: the result says so (`bracketed=False`) and falls back to the best grid point.
-2. Token-horizon law: ln(lr*) = a + b·ln(tokens) by ordinary least squares (the linear regression a
+2. Token-horizon law: ln(lr*) = a + b·ln(tokens) by least squares (the linear regression a
    155B-total/17B-active MoE used to extrapolate its optimal LR from small proxies to 10T tokens,
    reported R² = 0.95). We report a, b, R², their standard errors and a Student-t prediction
-   interval for a new budget: ŷ ± t(n−2)·s·√(1 + 1/n + (x₀ − x̄)²/Sxx).
+   interval for a new budget: ŷ ± t(n−2)·s·√(1 + 1/n + (x₀ − x̄)²/Sxx). When each optimum comes
+   with a standard error (a bootstrap over seeds, `bootstrap_optimum`), the fit is weighted by
+   1/se² and the interval adds the new point's own expected error: the parabola's uncertainty is
+   carried into the law instead of being mistaken for scatter around it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class ParabolaOptimum:
     best_grid_lr: float  # the grid point with the lowest loss
     bracketed: bool  # True when the vertex lies inside the fitted points and the parabola opens upward
     points_used: int  # grid points in the fit
+    ln_lr_se: float | None = None  # standard error of ln(lr) over seeds (bootstrap), when ≥ 2 seeds
+    seeds: int = 1
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +70,31 @@ def parabola_optimum(lrs: Sequence[float], losses: Sequence[float], neighbours: 
     )
 
 
+def bootstrap_optimum(lrs: Sequence[float], losses_by_seed: Sequence[Sequence[float]], rounds: int = 200,
+                      neighbours: int = 1, seed: int = 0) -> ParabolaOptimum:
+    """The parabola optimum of the per-LR mean over seeds, with the standard error of ln(lr*) from
+    resampling the seeds (with replacement, independently per LR). `losses_by_seed[i][j]` is seed
+    j's loss at lrs[i]; a non-finite loss (diverged) makes that LR's mean non-finite."""
+    table = np.asarray(losses_by_seed, dtype=float)
+    if table.ndim != 2 or table.shape[0] != len(lrs):
+        raise ValueError("losses_by_seed needs one row of per-seed losses per learning rate")
+    center = parabola_optimum(lrs, table.mean(axis=1), neighbours)
+    n_seeds = table.shape[1]
+    if n_seeds < 2:
+        return center
+    rng = np.random.default_rng(seed)
+    vertices = []
+    for _ in range(rounds):
+        pick = rng.integers(0, n_seeds, size=table.shape)
+        sample = np.take_along_axis(table, pick, axis=1).mean(axis=1)
+        try:
+            vertices.append(math.log(parabola_optimum(lrs, sample, neighbours).lr))
+        except ValueError:
+            continue
+    se = float(np.std(vertices, ddof=1)) if len(vertices) > 1 else None
+    return ParabolaOptimum(center.lr, center.loss, center.best_grid_lr, center.bracketed, center.points_used, se, n_seeds)
+
+
 @dataclass(frozen=True)
 class PowerLawFit:
     """ln(lr*) = a + b·ln(tokens), fitted by least squares."""
@@ -78,6 +108,8 @@ class PowerLawFit:
     n: int
     x_mean: float
     sxx: float
+    weighted: bool = False  # weighted by 1/se² of each optimum
+    point_se: float = 0.0  # typical standard error of one optimum (weighted fits), added to a prediction
 
     def predict(self, tokens: float, level: float = 0.9) -> tuple[float, float, float]:
         """(lr, low, high): the predicted optimal LR for `tokens` and its `level` prediction interval."""
@@ -88,15 +120,20 @@ class PowerLawFit:
         if self.n <= 2 or not math.isfinite(self.residual_std):
             return math.exp(y0), float("nan"), float("nan")
         t = float(stats.t.ppf(0.5 + level / 2, self.n - 2))
-        half = t * self.residual_std * math.sqrt(1 + 1 / self.n + (x0 - self.x_mean) ** 2 / self.sxx)
+        line = self.residual_std**2 * (1 / self.n + (x0 - self.x_mean) ** 2 / self.sxx)
+        new_point = self.residual_std**2 if not self.weighted else max(self.residual_std**2, self.point_se**2)
+        half = t * math.sqrt(line + new_point)
         return math.exp(y0), math.exp(y0 - half), math.exp(y0 + half)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def fit_power_law(tokens: Sequence[float], lrs: Sequence[float]) -> PowerLawFit:
-    """Least-squares fit of ln(lr) on ln(tokens); needs at least 2 distinct budgets (3 for an interval)."""
+def fit_power_law(tokens: Sequence[float], lrs: Sequence[float], ln_se: Sequence[float | None] | None = None) -> PowerLawFit:
+    """Least-squares fit of ln(lr) on ln(tokens); needs at least 2 distinct budgets (3 for an interval).
+
+    With `ln_se` (each point's standard error in ln lr; all given) the fit is weighted by 1/se².
+    """
     if len(tokens) != len(lrs):
         raise ValueError(f"tokens ({len(tokens)}) and lrs ({len(lrs)}) must have the same length")
     if any(t <= 0 for t in tokens) or any(lr <= 0 for lr in lrs):
@@ -105,14 +142,20 @@ def fit_power_law(tokens: Sequence[float], lrs: Sequence[float]) -> PowerLawFit:
     n = len(x)
     if n < 2 or np.ptp(x) == 0:
         raise ValueError(f"the law needs at least 2 distinct token budgets, got {sorted(set(tokens))}")
-    x_mean = float(x.mean())
-    sxx = float(((x - x_mean) ** 2).sum())
-    b = float(((x - x_mean) * (y - y.mean())).sum() / sxx)
-    a = float(y.mean() - b * x_mean)
+    weighted = ln_se is not None and all(se is not None and se > 0 for se in ln_se)
+    se_arr = np.asarray(ln_se, float) if weighted else np.ones(n)
+    w = 1.0 / se_arr**2
+    w = w / w.mean()  # relative weights: the residual scale s stays in units of ln(lr)
+    x_mean = float((w * x).sum() / w.sum())
+    y_mean = float((w * y).sum() / w.sum())
+    sxx = float((w * (x - x_mean) ** 2).sum())
+    b = float((w * (x - x_mean) * (y - y_mean)).sum() / sxx)
+    a = float(y_mean - b * x_mean)
     resid = y - (a + b * x)
-    ss_res, ss_tot = float((resid**2).sum()), float(((y - y.mean()) ** 2).sum())
+    ss_res, ss_tot = float((w * resid**2).sum()), float((w * (y - y_mean) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
     s = math.sqrt(ss_res / (n - 2)) if n > 2 else float("nan")
     b_se = s / math.sqrt(sxx)
     a_se = s * math.sqrt(1 / n + x_mean**2 / sxx)
-    return PowerLawFit(a, b, r2, a_se, b_se, s, n, x_mean, sxx)
+    point_se = float(np.sqrt(np.mean(se_arr**2))) if weighted else 0.0
+    return PowerLawFit(a, b, r2, a_se, b_se, s, n, x_mean, sxx, weighted, point_se)

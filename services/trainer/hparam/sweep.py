@@ -42,6 +42,7 @@ class Trial:
     mup: bool
     lr: float
     tokens: int | None = None  # None: the recipe's own train.steps
+    seed: int = 0  # added to the recipe's train.seed (init and data order)
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,14 @@ class TrialResult:
     train_loss: float
     eval_loss: float | None
     diverged: bool
+    seed: int = 0
 
 
 def trial_config(cfg: ExperimentConfig, trial: Trial, results_dir: str | os.PathLike) -> tuple[str, ExperimentConfig]:
     """(key, config) of one trial; the key hashes the sections that shape training, not where it writes."""
     tcfg = proxy_config(cfg, width=trial.width, mup=trial.mup, lr=trial.lr, tokens=trial.tokens)
     data = tcfg.model_dump(mode="json")
+    data["train"]["seed"] = cfg.train.seed + trial.seed
     data["train"].update(run_name=None, out_dir="")
     key = hashlib.sha256(json.dumps({k: data[k] for k in KEYED_SECTIONS}, sort_keys=True).encode()).hexdigest()[:16]
     data["train"].update(run_name=f"trial-{key}", out_dir=str(Path(results_dir).resolve() / "runs"),
@@ -119,7 +122,7 @@ def run_trial(cfg_json: dict, key: str, trial: dict, results_dir: str, train_fn:
     diverged = not math.isfinite(loss)
     result = TrialResult(key, trial["width"], trial["mup"], trial["lr"], cfg.train.steps * tokens_per_step(cfg),
                          cfg.train.steps, math.inf if diverged else loss, train_loss,
-                         None if eval_loss is None else float(eval_loss), diverged)
+                         None if eval_loss is None else float(eval_loss), diverged, int(trial.get("seed", 0)))
     _write_result(results_dir, result)
     return result
 
@@ -208,5 +211,5 @@ def _track(cfg: ExperimentConfig, results: list[TrialResult], name: str) -> None
     run = tracking.init(config=cfg, name=name, tags=["sweep", "hparam"])
     for i, r in enumerate(sorted(results, key=lambda r: (r.tokens, not r.mup, r.width, r.lr))):
         run.log({"trial/loss": r.loss if math.isfinite(r.loss) else float("inf"), "trial/lr": r.lr,
-                 "trial/width": r.width, "trial/mup": int(r.mup), "trial/tokens": r.tokens}, step=i)
+                 "trial/width": r.width, "trial/mup": int(r.mup), "trial/tokens": r.tokens, "trial/seed": r.seed}, step=i)
     run.finish()

@@ -81,3 +81,17 @@ def test_base_shapes_accept_only_width_fields():
         load_config("configs/tiny.yaml", ["model.mup.base_shapes={n_layers: 2}"])
     with pytest.raises(ConfigError, match="must be >= 1"):
         load_config("configs/tiny.yaml", ["model.mup.base_shapes={moe.expert_hidden: 0}"])
+
+
+def test_proxy_7b2a_expert_down_projection_scales_by_the_expert_width():
+    """At proxy-7b2a's shape (d_model ×40, expert width ×8 over the tiny base) the expert
+    down-projection's Adam LR multiplier is 1/8 (a d_model rule would give 1/40) and its init ×1/√8."""
+    import torch
+
+    cfg = load_config("configs/proxy-7b2a.yaml").model
+    with torch.device("meta"):
+        model = MoETransformer(cfg)
+    w2 = model.mup_scalings["layers.1.ffn.experts.w2_EDF"]
+    assert w2.adam_lr_multiplier == pytest.approx(1 / 8) and w2.init_multiplier == pytest.approx(8**-0.5)
+    assert model.mup_scalings["layers.1.ffn.experts.w1_EFD"].adam_lr_multiplier == pytest.approx(1 / 40)
+    assert model.mup_scalings["layers.0.attn.wq.weight"].shape_class == "hidden"

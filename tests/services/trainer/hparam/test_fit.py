@@ -74,3 +74,33 @@ def test_prediction_interval_widens_away_from_the_data():
 def test_regression_rejects_a_single_budget():
     with pytest.raises(ValueError, match="2 distinct token budgets"):
         fit_power_law([1e6, 1e6], [1e-3, 2e-3])
+
+
+def test_bootstrap_over_seeds_gives_the_optimum_of_the_mean_and_its_spread():
+    import numpy as np
+
+    from services.trainer.hparam.fit import bootstrap_optimum
+
+    lrs = [0.01 * 2**k for k in range(7)]
+    rng = np.random.default_rng(0)
+    true = 0.08
+    table = [[3.0 + 0.2 * math.log(lr / true) ** 2 + rng.normal(0, 0.01) for _ in range(4)] for lr in lrs]
+    opt = bootstrap_optimum(lrs, table)
+    assert opt.seeds == 4 and opt.bracketed
+    assert abs(math.log(opt.lr / true)) < 0.3
+    assert 0 < opt.ln_lr_se < 0.5
+    noisy = [[v + rng.normal(0, 0.05) for v in row] for row in table]
+    assert bootstrap_optimum(lrs, noisy).ln_lr_se > opt.ln_lr_se  # noisier seeds, less certain optimum
+    assert bootstrap_optimum(lrs, [row[:1] for row in table]).ln_lr_se is None  # one seed: no spread
+
+
+def test_weighted_law_trusts_precise_optima_more():
+    tokens = [1e4, 2e4, 4e4, 8e4]
+    lrs = [math.exp(-0.5 * math.log(t)) for t in tokens]
+    lrs[3] *= 3.0  # an outlier...
+    plain = fit_power_law(tokens, lrs)
+    weighted = fit_power_law(tokens, lrs, [0.05, 0.05, 0.05, 2.0])  # ...known to be imprecise
+    assert abs(weighted.b + 0.5) < abs(plain.b + 0.5)
+    assert weighted.weighted and not plain.weighted
+    lr, lo, hi = weighted.predict(1e5)
+    assert lo < lr < hi

@@ -61,3 +61,20 @@ def test_law_needs_two_located_optima():
     results = _results(lambda t: 1.0, lrs, [1e4, 2e4])
     with pytest.raises(ValueError, match="Widen --lrs"):
         fit_lr_law(results, width=32, mup=True)
+
+
+def test_holdout_check_compares_the_prediction_with_a_sweep_outside_the_fit():
+    from services.trainer.hparam.lr_law import holdout_check
+
+    lrs = [1e-3 * 2**k for k in range(8)]
+    law_opt = lambda t: math.exp(2.0 - 0.5 * math.log(t))  # noqa: E731
+    law = fit_lr_law(_results(law_opt, lrs, [4e4, 8e4, 1.6e5]), width=32, mup=True)
+    predicted = law.fit.predict(6.4e5)[0]
+    held = _results(law_opt, [*lrs, predicted], [6.4e5])
+    check = holdout_check(law, held, 640_000, 32, True)
+    assert check.measured.lr == pytest.approx(law_opt(6.4e5), rel=0.05)
+    assert check.loss_lost == pytest.approx(0.0, abs=1e-9) and "inside" in check.report()
+    with pytest.raises(ValueError, match="in the fit"):
+        holdout_check(law, held, 40_000, 32, True)
+    with pytest.raises(ValueError, match="no run at the predicted LR"):
+        holdout_check(law, _results(law_opt, lrs, [6.4e5]), 640_000, 32, True)
