@@ -161,6 +161,10 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     tokens_per_step = tc.micro_batch_size * tc.seq_len * tc.grad_accum * ctx.world_size
     speed = Throughput()
     per_micro_batch = cfg.model.moe.balance.bias_update_every == "micro_batch"
+    # the router and the routed experts are where small-batch MoE training breaks first: their own norms
+    watched = {part: [p for n, p in model.named_parameters() if key in n]
+               for part, key in (("router", ".router."), ("experts", ".experts."))}
+    watched = {k: v for k, v in watched.items() if v}
     bar = tqdm(total=tc.steps, initial=start, desc="train", disable=not is_main, dynamic_ncols=True)
     history = MetricsFile(out / "metrics.jsonl", enabled=is_main)
     last_good = str(latest) if latest else None
@@ -203,7 +207,9 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
         bad_run = 0
         finish_gradients(model, tc, ctx.world_size)
         sync_delayed_amaxes(model)
-        opt_stats = optimizer.step()
+        part_norms = {f"grad_norm/{part}": float(optimizer.grad_norm(ps)) for part, ps in watched.items()
+                      if all(p.grad is not None for p in ps)}  # before the step: clipping rescales grads
+        opt_stats = {**optimizer.step(), **part_norms}
         optimizer.zero_grad()
         if not per_micro_batch:
             sync_router_loads(model)
