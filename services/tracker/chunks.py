@@ -1,0 +1,55 @@
+"""The packed form of a scalar series' points: one `metric_chunks` row per up to 8,192 points.
+
+A chunk's `data` is three little-endian arrays back to back (step int64, wall float64, value
+float64); NaN/Inf stay IEEE values. Its `rollup` holds, for every 64 points (downsample.BLOCK),
+the block's min point, max point and first non-finite point, in the same packed form, so a query
+over a big series reads the rollups instead of every point. Rollups written before gap points
+existed hold only min and max (`ROLLUP_PARTS_OLD`); a query treats them as having no gap data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from services.tracker.downsample import block_extremes
+
+POINT_BYTES = 24
+ROLLUP_PARTS = 3  # min, max, first non-finite
+ROLLUP_PARTS_OLD = 2
+
+
+def pack(steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> bytes:
+    return steps.astype("<i8").tobytes() + walls.astype("<f8").tobytes() + values.astype("<f8").tobytes()
+
+
+def unpack(data: bytes, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    arr = np.frombuffer(data, dtype=np.uint8)
+    return arr[: 8 * n].view("<i8"), arr[8 * n : 16 * n].view("<f8"), arr[16 * n : 24 * n].view("<f8")
+
+
+def chunk_row(sid: int, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+    """One metric_chunks row: the packed points plus their per-block rollup."""
+    lo, hi, gap = block_extremes(steps, walls, values)
+    return {
+        "series_id": sid,
+        "n": len(steps),
+        "min_step": int(steps.min()),
+        "max_step": int(steps.max()),
+        "data": pack(steps, walls, values),
+        "nb": len(lo[0]),
+        "rollup": pack(*lo) + pack(*hi) + pack(*gap),
+    }
+
+
+def unpack_rollup(rollup: bytes, nb: int) -> tuple[tuple, tuple, tuple | None]:
+    """(min points, max points, gap points or None for an old two-part rollup) of one chunk."""
+    part = POINT_BYTES * nb
+    lo, hi = unpack(rollup[:part], nb), unpack(rollup[part : 2 * part], nb)
+    gap = unpack(rollup[2 * part :], nb) if len(rollup) >= ROLLUP_PARTS * part else None
+    return lo, hi, gap
+
+
+def concat(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))  # type: ignore[return-value]
