@@ -41,6 +41,10 @@ def pages_router(store: Store, access: Access) -> APIRouter:
             return page("login.html", "log in · moelab tracker", status=401)
         return page(name, title)
 
+    @r.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(status_code=204)
+
     @r.get("/")
     def index(request: Request) -> HTMLResponse:
         return guarded(request, "index.html", "runs · moelab tracker")

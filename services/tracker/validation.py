@@ -39,8 +39,10 @@ def unprocessable(detail: Any) -> HTTPException:
 
 def parse_body(model: type[BaseModel], raw: bytes):
     """`model` from a JSON body, or a 422 with pydantic's field-by-field reasons."""
+    if not raw.strip():
+        raise unprocessable("the body is empty; send a JSON object")
     try:
-        return model.model_validate_json(raw or b"{}")
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         raise unprocessable(json.loads(exc.json(include_url=False, include_input=False))) from None
 

@@ -164,13 +164,16 @@ class RunStore(StoreBase):
             ).all()
             kids = [run_to_dict(r, p) for r, p in rows]
             ids = [k["id"] for k in kids]
-            figures: dict[str, dict[str, Any]] = {i: {} for i in ids}
+            found: dict[str, list] = {i: [] for i in ids}
             for rid, key, value in s.execute(
                 select(Series.run_id, Series.key, Series.last_value)
                 .where(Series.run_id.in_(ids), Series.n_points == 1).order_by(Series.key)
             ):
-                if len(figures[rid]) < MAX_FIGURES:
-                    figures[rid][key] = value
+                found[rid].append((key.count("/"), key, value))
+            # top-level figures (`records`, `kept`) before nested detail (`rubrics/general/n_test`);
+            # `seconds` always (a skipped stage shows how long it took when it ran)
+            figures = {i: {k: v for _, k, v in sorted(found[i])[:MAX_FIGURES] + [x for x in found[i] if x[1] == "seconds"]}
+                       for i in ids}
             grand: dict[str, list] = {i: [] for i in ids}
             for gid, name, parent, status in s.execute(
                 select(Run.id, Run.name, Run.parent, Run.status).where(Run.parent.in_(ids)).order_by(Run.created)
