@@ -27,8 +27,19 @@ class Login(Strict):
     token: str
 
 
+# every page is one template (static/page.html) with its own scripts, in load order
+SCRIPTS = {
+    "index": ["common.js", "index.js"],
+    "run": ["common.js", "chart.js", "widgets.js", "run_charts.js", "run.js"],
+    "compare": ["common.js", "chart.js", "groups.js", "compare.js"],
+    "login": ["common.js", "login.js"],
+}
+
+
 def page(name: str, title: str = "moelab tracker", status: int = 200) -> HTMLResponse:
-    text = (STATIC / name).read_text().replace("{{title}}", html.escape(title, quote=True))
+    scripts = "\n".join(f'<script src="/static/{s}"></script>' for s in SCRIPTS[name])
+    text = ((STATIC / "page.html").read_text().replace("{{page}}", name).replace("{{scripts}}", scripts)
+            .replace("{{title}}", html.escape(title, quote=True)))
     return HTMLResponse(text, status_code=status, headers={"Content-Security-Policy": CSP,
                                                            "Referrer-Policy": "no-referrer"})
 
@@ -38,7 +49,7 @@ def pages_router(store: Store, access: Access) -> APIRouter:
 
     def guarded(request: Request, name: str, title: str) -> HTMLResponse:
         if not access.can_read(request):
-            return page("login.html", "log in · moelab tracker", status=401)
+            return page("login", "log in · moelab tracker", status=401)
         return page(name, title)
 
     @r.get("/favicon.ico")
@@ -47,21 +58,21 @@ def pages_router(store: Store, access: Access) -> APIRouter:
 
     @r.get("/")
     def index(request: Request) -> HTMLResponse:
-        return guarded(request, "index.html", "runs · moelab tracker")
+        return guarded(request, "index", "runs · moelab tracker")
 
     @r.get("/runs/{run_id}")
     def run_page(request: Request, run_id: str) -> Response:
         if not access.can_read(request):
-            return page("login.html", "log in · moelab tracker", status=401)
+            return page("login", "log in · moelab tracker", status=401)
         try:
             run = store.get_run(run_id)
         except NotFound:
-            return page("run.html", f"unknown run {run_id}")
-        return page("run.html", f"{run['name']} · moelab tracker")
+            return page("run", f"unknown run {run_id}")
+        return page("run", f"{run['name']} · moelab tracker")
 
     @r.get("/compare")
     def compare_page(request: Request) -> HTMLResponse:
-        return guarded(request, "compare.html", "compare · moelab tracker")
+        return guarded(request, "compare", "compare · moelab tracker")
 
     @r.post("/api/session")
     async def login(request: Request) -> JSONResponse:

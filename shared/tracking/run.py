@@ -133,7 +133,10 @@ class Run:
         if self._disabled:
             return
         key = self._key(key)
-        vals = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+        try:
+            vals = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+        except OverflowError:
+            raise ValueError(f"histogram {key!r} has a value too large for a float64") from None
         edges = None
         if bins:
             vals, edges = bin_samples(vals, bins)

@@ -220,7 +220,10 @@ def encode_number(value: Any, what: str) -> float | str:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number, got {type(value).__name__}: {value!r}")
-    value = float(value)  # an int beyond float range raises OverflowError here, in the caller
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ValueError(f"{what} is too large for a float64: {value!r}") from None
     if math.isfinite(value):
         return value
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")

@@ -295,3 +295,32 @@ def test_event_data_may_use_the_names_kind_and_message(tracker):
     e = httpx.get(f"{tracker.url}/api/runs/{run.id}/events").json()[0]
     assert e["kind"] == "router_health" and e["message"] == "expert 3 dead" and e["step"] == 7
     assert e["data"] == {"layer": 2, "kind": "dead_expert", "message": "extra"}
+
+
+def test_a_repeating_server_error_is_retried_a_few_times_then_kept_and_later_ops_still_land(tracker, monkeypatch):
+    from services.tracker import routes_data
+
+    def broken(raw):
+        raise RuntimeError("a bug in the server")
+
+    monkeypatch.setattr(routes_data, "parse_batch", broken)
+    run = _init(tracker, flush_interval=30)
+    run.log({"loss": 1.0}, step=0)
+    t0 = time.time()
+    run.finish(timeout=20)
+    assert time.time() - t0 < 15, "a 500 must not be retried until the deadline"
+    assert len(run.refused) == 1 and "HTTP 500" in run.refused[0]["error"]
+    assert httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["status"] == "finished"
+    monkeypatch.undo()
+    assert tracking.sync(str(tracker.spool), tracker.url, tracker.token).refused == []
+    assert _points(tracker, run.id, "loss")["total"] == 1
+
+
+def test_a_live_run_sends_heartbeats(tracker):
+    run = _init(tracker, heartbeat_s=0.1)
+    run.log({"loss": 1.0}, step=0)
+    run.flush(10)
+    first = httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["last_seen"]
+    time.sleep(0.6)
+    assert httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["last_seen"] > first
+    run.finish()

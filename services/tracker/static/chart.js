@@ -158,6 +158,8 @@ function lineChart(container, spec) {
   container.appendChild(holder);
   container.appendChild(readout);
   const u = new uPlot(opts, data, holder);
+  // a band's edges are drawn as the fill between them, not as lines of their own in the legend
+  u.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i > 0 && lines[i - 1].band) row.hidden = true; });
   u.spec = spec;
   u.readout = readout;
   if (zoom) zoom.add(u);

@@ -17,7 +17,14 @@ from sqlalchemy.orm import Session
 
 from services.tracker.chunks import concat, unpack, unpack_rollup
 from services.tracker.db import Histogram, MetricChunk, Run, Series
-from services.tracker.downsample import BLOCK, gap_kinds, minmax_blocks, minmax_downsample, to_json_values
+from services.tracker.downsample import (
+    BLOCK,
+    NO_GAP,
+    gap_kinds,
+    minmax_blocks,
+    minmax_downsample,
+    to_json_values,
+)
 from services.tracker.store.base import NotFound, StoreBase
 
 Cols = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -74,8 +81,9 @@ class SeriesStore(StoreBase):
         return tuple(c[lo:hi] for c in cols)  # type: ignore[return-value]
 
     def _load_rollup(self, s: Session, sid: int):
-        """(min, max, gap) block points of the whole series; None when chunks overlap in steps (a
-        late replay: blocks are not contiguous) or an old rollup lacks gaps the series has."""
+        """(min, max, gap) block points of the whole series, gap None when no block has one; None
+        when chunks overlap in steps (a late replay: blocks are not contiguous) or when a rollup
+        written before gaps were kept cannot place this series' non-finite points."""
         rows = s.execute(
             select(MetricChunk.nb, MetricChunk.rollup, MetricChunk.min_step, MetricChunk.max_step)
             .where(MetricChunk.series_id == sid)
@@ -84,9 +92,18 @@ class SeriesStore(StoreBase):
         if any(rows[i][3] > rows[i + 1][2] for i in range(len(rows) - 1)):
             return None
         parts = [unpack_rollup(r, nb) for nb, r, _, _ in rows]
-        gaps = [p[2] for p in parts]
-        return concat([p[0] for p in parts]), concat([p[1] for p in parts]), (
-            None if any(g is None for g in gaps) else concat(gaps))
+        lo, hi = concat([p[0] for p in parts]), concat([p[1] for p in parts])
+        if any(p[2] is None for p in parts):
+            return (lo, hi, None, False)
+        if not any(len(p[2][0]) for p in parts):
+            return (lo, hi, None, True)
+        gap = (np.full(len(lo[0]), NO_GAP, np.int64), np.zeros(len(lo[0])), np.zeros(len(lo[0])))
+        at = 0
+        for (nb, _, _, _), (_, _, (idx, *cols)) in zip(rows, parts, strict=True):
+            for dense, sparse in zip(gap, cols, strict=True):
+                dense[at + idx] = sparse
+            at += nb
+        return (lo, hi, gap, True)
 
     def series(self, run_id: str, key: str, points: int = 2000, start: int | None = None,
                end: int | None = None) -> dict[str, Any]:
@@ -102,10 +119,10 @@ class SeriesStore(StoreBase):
             rolled = None
             if not ranged and series.n_points >= points * BLOCK:
                 rolled = self.cached((series.id, series.version, "rollup"), lambda: self._load_rollup(s, series.id))
-                if rolled is not None and rolled[2] is None and nonfinite:
+                if rolled is not None and not rolled[3] and nonfinite:
                     rolled = None  # an old rollup cannot place this series' gaps: use the raw points
             if rolled is not None:
-                d_steps, d_walls, d_values = minmax_blocks(*rolled, points)
+                d_steps, d_walls, d_values = minmax_blocks(*rolled[:3], points)
             elif ranged:
                 d_steps, d_walls, d_values = minmax_downsample(*self._load_raw(s, series.id, start, end), points)
             else:
