@@ -57,6 +57,8 @@ def unpack_rollup(rollup: bytes, nb: int) -> tuple[tuple, tuple, tuple | None]:
     if len(rest) < 8:
         return lo, hi, None
     count = int(np.frombuffer(rest[:8], "<i8")[0])
+    if count < 0 or len(rest) != 8 + (8 + POINT_BYTES) * count:
+        return lo, hi, None  # not a gap list this code wrote: treat the gaps as unknown
     idx = np.frombuffer(rest[8 : 8 + 8 * count], "<i8")
     return lo, hi, (idx, *unpack(rest[8 + 8 * count :], count))
 

@@ -111,7 +111,9 @@ function runDuration(r) {
 // conventions moelab's stages use).
 function unitOf(key) {
   const k = key.toLowerCase(), leaf = k.split("/").pop();
-  if (/(^|\/|_)loss$/.test(k) || leaf.endsWith("loss")) return "loss (nats/token)";
+  if (leaf === "loss" || /^(train|eval|val)_?loss$/.test(leaf)) return "loss (nats/token)";
+  if (leaf.endsWith("loss")) return leaf.replace(/_/g, " ");
+  if (leaf.endsWith("_gib")) return "GiB";
   if (leaf === "lr" || leaf.endsWith("_lr")) return "learning rate";
   if (leaf.includes("tokens_per_s") || leaf.endsWith("per_s")) return leaf.replace("_per_s", "/s");
   if (leaf === "mfu") return "fraction of peak FLOP/s";
