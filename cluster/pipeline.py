@@ -3,8 +3,10 @@
 filter → oracle label → distill heads → calibrate → score → select + tokenize → train → summary.
 One config drives every stage; each stage is content-addressed (cluster/stages.py), so a rerun
 skips what is finished and a changed knob reruns only the stages that depend on it. Every stage
-reports to the tracker as a child of one pipeline run (its id is exported as MOELAB_PARENT_RUN),
-so the dashboard links a model run to the exact data that trained it. The stages run on the Ray
+reports to the tracker under one pipeline run: each stage gets a child run (its duration, status
+and figures; see StageRuns), and the runs a stage opens are children of that stage run (the id
+travels as tracker.parent and MOELAB_PARENT_RUN), so the dashboard links a model run to the
+exact data that trained it. The stages run on the Ray
 the job was submitted to (a local Ray when started by hand).
 """
 
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -105,6 +109,53 @@ def summarize(results: dict[str, StageResult]) -> dict[str, Any]:
     }
 
 
+def stage_figures(report: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """A stage report's numbers (nested dicts to `a/b` keys, two levels deep) as tracker scalars."""
+    out: dict[str, float] = {}
+    for k, v in report.items():
+        key = prefix + re.sub(r"[^A-Za-z0-9_.\-/:@%+=\[\] ]", "_", str(k))
+        if isinstance(v, dict) and depth < 2:
+            out.update(stage_figures(v, key + "/", depth + 1))
+        elif isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[key[:200]] = v
+    return out
+
+
+class StageRuns:
+    """One tracker run per stage, a child of the pipeline run, opened when the stage starts (so its
+    duration is the stage's own) and finished with the stage report's figures. While a stage runs,
+    runs its code opens (the data filter's funnel, the scorer's reports, the training run) are
+    children of its stage run, through the config (which travels to Ray workers) and the env."""
+
+    def __init__(self, cfg: ExperimentConfig, pipeline_id: str):
+        self.cfg, self.pipeline_id, self.current = cfg, pipeline_id, None
+
+    def _open(self, name: str, tags: list[str]):
+        return tracking.init(config=self.cfg, name=f"{self.cfg.name}-{name}", tags=["stage", name, *tags],
+                             parent=self.pipeline_id)
+
+    def _parent(self, run_id: str) -> None:
+        self.cfg.tracker.parent = run_id  # the stages' closures read this config object
+        os.environ["MOELAB_PARENT_RUN"] = run_id
+
+    def start(self, name: str) -> None:
+        self.current = self._open(name, [])
+        self._parent(self.current.id)
+
+    def done(self, res: StageResult) -> None:
+        run = self._open(res.name, ["skipped"]) if res.skipped else self.current
+        run.log({**stage_figures(res.report or {}), "seconds": res.seconds}, step=0)
+        run.finish()
+        self.current = None
+        self._parent(self.pipeline_id)
+
+    def failed(self) -> None:
+        if self.current is not None:
+            self.current.finish(status="failed")
+            self.current = None
+        self._parent(self.pipeline_id)
+
+
 def run_pipeline(cfg: ExperimentConfig, log=print) -> dict[str, Any]:
     cfg = layout(cfg)
     root = Path(cfg.train.out_dir).parent
@@ -115,23 +166,27 @@ def run_pipeline(cfg: ExperimentConfig, log=print) -> dict[str, Any]:
     # and the environment (for code that reports without a config)
     cfg = cfg.model_copy(update={"tracker": cfg.tracker.model_copy(update={"parent": run.id})})
     os.environ["MOELAB_PARENT_RUN"] = run.id
+    stage_runs = StageRuns(cfg, run.id)
 
     def started(name: str) -> None:
         log(f"== {name}: running")
         run.event("stage_start", f"{name} started", stage=name)
+        stage_runs.start(name)
 
     def done(res: StageResult) -> None:
         state = "skipped (inputs and config unchanged)" if res.skipped else f"done in {res.seconds:.1f}s"
         log(f"== {res.name}: {state}")
         run.event("stage_summary", f"{res.name} {state}", stage=res.name, skipped=res.skipped,
                   seconds=res.seconds, key=res.key[:12])
+        stage_runs.done(res)
 
     runner = StageRunner(root, on_start=started, on_done=done)
     try:
         for stage in build_stages(cfg):
             runner.run(stage)
     except Exception as exc:
-        run.event("warning", f"pipeline failed: {exc}")
+        stage_runs.failed()
+        run.event("warning", f"pipeline failed: {str(exc)[:4000]}")
         run.finish(status="failed")
         raise
     summary = summarize(runner.results)
