@@ -1,25 +1,29 @@
-"""The precision-gap experiment: train the tiny MoE in bf16, fp8 and nvfp4 (emulated) on the same data.
+"""The precision-stability experiment: bf16, fp8 and nvfp4 (emulated) experts × the stability recipe
+on/off × seeds, at the reference horizon (3,000 steps), where small-batch routing matters.
 
-For each expert precision we train twice from the same initial weights and the same token
-stream: with the stability recipe (muP multipliers 10.66 / 0.125, the bungee scalar on the expert
-input, no gradient clipping) and without it (standard parameterisation, no bungee, clipping at
-1.0). The peer of every low-precision run is the bf16 run with the same recipe setting; we print
-the held-out loss gap to it and the routers' health (MaxVio, dead experts). The seed work reports
-the fp8−bf16 gap falling from ~0.8 to < 0.1 at 3,000 steps with these interventions; this CPU run
-is far shorter, so read its gaps as this size's measurement, not that claim's reproduction. To
-tell a gap from noise, bf16 also trains from a second initialisation (seed + 1, same data): the
-distance between the two bf16 runs (`bf16_seed_spread`) is the size of a gap that means nothing.
+The reference finding: with the Kaiju-style recipe (muP multipliers 10.66 / 0.125, the bungee
+scalar at 2.0, no gradient clipping) the fp8−bf16 loss gap falls from ~0.8 to < 0.1 at 3,000
+steps. Every run here is a real `moelab train` run (the trainer, its router-bias update, its
+metrics and the tracker) of configs/tiny.yaml reshaped to route hard: 32 fine-grained experts of
+width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
 
-Data: Python's own documentation prose (`pydoc_data.topics`, in every CPython install), encoded
-as bytes — real text, deterministic, offline. The last 10% is held out for evaluation.
+- **main**: {bf16, fp8, nvfp4} × {recipe, no recipe (SP, no bungee, clip 1.0)} × seeds;
+- **ablations**: the recipe with one knob changed — muP multipliers off, clipping at 1.0, no
+  bungee, the bungee on the experts' output instead of their input — in bf16 and fp8.
 
-    .venv/bin/python benchmarks/precision_gap.py            # default size (~4–5 min on a shared 2-core CPU)
-    .venv/bin/python benchmarks/precision_gap.py --quick    # smoke run (~1 minute on an idle CPU)
+Each arm trains at its own tuned LR (`--tune-lr` sweeps each recipe setting in bf16 over a
+grid for `--tune-steps` and takes the best held-out loss); an arm compared at a borrowed LR
+measures the LR, not the recipe. Every run reports to the tracker (loss, eval loss, MaxVio per
+layer, dead experts, router- and expert-gradient norms; `--tracker offline` spools under the
+results folder for `moelab tracker sync`), and one comparison plot is written beside the JSON.
+The gaps are read against the seed spread of bf16 (two inits, same recipe): a gap smaller than
+that is noise.
 
-The JSON also records the wall time, s/step of every run and the 1-minute load average at start
-and end, since the machine these numbers come from is shared.
+    .venv/bin/python benchmarks/precision_gap.py --tune-lr          # the full experiment (~1 h on 2 idle cores)
+    .venv/bin/python benchmarks/precision_gap.py --quick            # smoke run (a few minutes)
 
-The last output line is one JSON object with fp8_gap, nvfp4_gap, fp8_gap_no_recipe, nvfp4_gap_no_recipe.
+The last output line is one JSON object with fp8_gap, nvfp4_gap, fp8_gap_no_recipe,
+nvfp4_gap_no_recipe, the seed spreads and, per arm, the final MaxVio and dead experts.
 """
 
 from __future__ import annotations
@@ -38,171 +42,191 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from shared.config import load_config  # noqa: E402
-from shared.model.transformer import MoETransformer  # noqa: E402
-from shared.optim import build_optimizer  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402  (imports `tokenize`: after the path fix)
 
 MODES = ("bf16", "fp8", "nvfp4")
+SHAPE = ["model.moe.n_routed_experts=32", "model.moe.expert_hidden=16", "model.moe.top_k=4", "model.moe.n_shared_experts=1",
+         "train.micro_batch_size=4", "train.seq_len=64", "model.moe.precision.emulate_bf16=true"]
+RECIPE: list[str] = []  # the recipe is the default config
 NO_RECIPE = ["model.mup.enabled=false", "model.moe.bungee=false", "optim.grad_clip=1.0"]
+ABLATIONS = {
+    "no_mup_scales": ["model.mup.enabled=false"],
+    "clip": ["optim.grad_clip=1.0"],
+    "no_bungee": ["model.moe.bungee=false"],
+    "bungee_output": ["model.moe.bungee.placement=output"],
+}
+TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
 
 
-def token_stream(vocab_size: int) -> torch.Tensor:
-    """Python's documentation topics, sorted by key, as bytes (mod vocab) — real prose, deterministic."""
-    import pydoc_data.topics as topics
+def train_arm(name: str, overrides: list[str], seed: int, steps: int, out: str, tracker: list[str]) -> dict:
+    """One training run; returns its end figures and its curves (from the run's metrics.jsonl)."""
+    import torch
 
-    text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
-    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long) % vocab_size
+    torch.set_num_threads(1)
+    from services.trainer.launch import run_local
+    from services.trainer.loop import run_dir
+    from services.trainer.metrics import read_metrics
+    from shared.config import load_config
 
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
+        *SHAPE, *overrides, f"train.seed={seed}", f"train.steps={steps}", f"optim.warmup_steps={max(1, steps // 30)}",
+        f"train.eval_every={max(1, steps // 6)}", "train.eval_batches=8", f"train.out_dir={out}",
+        f"train.run_name={name}-s{seed}", "train.device=cpu", f"train.checkpoint_every={steps}", *tracker,
+    ])
+    t0 = time.perf_counter()
+    result = run_local(cfg)
+    series = read_metrics(run_dir(cfg) / "metrics.jsonl")
+    half = [s for s in sorted(series["loss"]) if s >= steps // 2]
 
-def sample_batch(stream: torch.Tensor, gen: torch.Generator, batch: int, seq: int) -> torch.Tensor:
-    starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=gen)
-    return torch.stack([stream[s : s + seq + 1] for s in starts.tolist()])
+    def last_half(key: str) -> float | None:
+        vals = [series[key][s] for s in half if s in series.get(key, {})]
+        return sum(vals) / len(vals) if vals else None
 
-
-def lm_loss(model: MoETransformer, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    logits, aux = model(tokens[:, :-1])
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-    return loss, aux
-
-
-def router_health(aux: dict) -> tuple[float, int]:
-    """Mean MaxVio over MoE layers and total dead experts, from one forward's stats."""
-    layers = aux["layers"].values()
-    max_vio = sum(float(s["max_vio"]) for s in layers) / max(len(aux["layers"]), 1)
-    dead = sum(int(s["dead_experts"]) for s in aux["layers"].values())
-    return max_vio, dead
-
-
-def train_one(
-    mode: str, recipe: bool, args: argparse.Namespace, train: torch.Tensor, held: torch.Tensor, init_seed: int | None = None
-) -> dict:
-    overrides = [
-        f"model.moe.precision.expert={mode}",
-        "model.moe.precision.emulate_bf16=true",
-        f"train.seq_len={args.seq}",
-        f"train.micro_batch_size={args.batch}",
-        f"optim.warmup_steps={min(20, args.steps // 5)}",
-    ]
-    cfg = load_config(ROOT / "configs" / "tiny.yaml", overrides + ([] if recipe else NO_RECIPE))
-    torch.manual_seed(args.seed if init_seed is None else init_seed)
-    model = MoETransformer(cfg.model)
-    opt = build_optimizer(model, cfg.optim, total_steps=args.steps)
-    gen = torch.Generator().manual_seed(args.seed)  # same batches for every run
-    losses, t0 = [], time.perf_counter()
-    label = f"{mode:5s} {'recipe' if recipe else 'no-recipe'}"
-    for _ in tqdm(range(args.steps), desc=label, leave=False, file=sys.stderr, disable=args.no_progress):
-        tokens = sample_batch(train, gen, args.batch, args.seq)
-        opt.zero_grad()
-        loss, aux = lm_loss(model, tokens)
-        (loss + aux["aux_loss"]).backward()
-        opt.step()
-        model.update_router_biases()
-        losses.append(float(loss.detach()))
-    seconds = time.perf_counter() - t0
-    model.eval()
-    eval_gen = torch.Generator().manual_seed(10_000 + args.seed)
-    eval_losses, vios, deads = [], [], []
-    with torch.no_grad():
-        for _ in range(args.eval_batches):
-            loss, aux = lm_loss(model, sample_batch(held, eval_gen, args.batch, args.seq))
-            eval_losses.append(float(loss.detach()))
-            v, d = router_health(aux)
-            vios.append(v)
-            deads.append(d)
-    tail = losses[-max(1, len(losses) // 10) :]
+    maxvio_layers = [k for k in series if k.startswith("router/maxvio/layer")]
     return {
-        "mode": mode,
-        "recipe": recipe,
-        "eval_loss": sum(eval_losses) / len(eval_losses),
-        "train_loss_tail": sum(tail) / len(tail),
-        "max_vio": sum(vios) / len(vios),
-        "dead_experts": max(deads),
-        "finite": all(map(lambda x: x == x and abs(x) < float("inf"), losses)),
-        "seconds": seconds,
+        "name": name, "seed": seed, "eval_loss": result.get("eval/loss"), "finite": result.get("bad_steps", 0) == 0,
+        "maxvio_last_half": max(last_half(k) for k in maxvio_layers) if maxvio_layers else None,
+        "eval_maxvio_global": result.get("eval/maxvio_global"), "dead_experts": result.get("router/dead_experts"),
+        "grad_norm_router": last_half("grad_norm/router"), "grad_norm_experts": last_half("grad_norm/experts"),
+        "seconds": round(time.perf_counter() - t0, 1), "run_id": result.get("run_id"),
+        "curves": {k: series[k] for k in ("loss", "router/maxvio", "eval/loss") if k in series},
     }
 
 
-def write_atomic(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, indent=2)
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize(runs: list[dict]) -> dict[str, dict]:
+    """Per arm (all seeds): mean eval loss, seed spread, MaxVio, dead experts, gradient norms."""
+    arms: dict[str, dict] = {}
+    for name in dict.fromkeys(r["name"] for r in runs):
+        rs = [r for r in runs if r["name"] == name]
+        losses = [r["eval_loss"] for r in rs]
+        arms[name] = {
+            "eval_loss": _mean(losses), "seed_spread": max(losses) - min(losses) if len(losses) > 1 else None,
+            "maxvio_last_half": _mean(r["maxvio_last_half"] for r in rs),
+            "eval_maxvio_global": _mean(r["eval_maxvio_global"] for r in rs),
+            "dead_experts": max((r["dead_experts"] or 0) for r in rs),
+            "grad_norm_router": _mean(r["grad_norm_router"] for r in rs),
+            "grad_norm_experts": _mean(r["grad_norm_experts"] for r in rs),
+            "finite": all(r["finite"] for r in rs), "seeds": len(rs),
+        }
+    return arms
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
+    colors = {"bf16": "tab:blue", "fp8": "tab:orange", "nvfp4": "tab:red"}
+    for name in dict.fromkeys(r["name"] for r in runs):
+        mode, _, setting = name.partition("-")
+        if setting not in ("recipe", "no_recipe"):
+            continue
+        rs = [r for r in runs if r["name"] == name]
+        style = "-" if setting == "recipe" else "--"
+        for ax, key in zip(axes, ("loss", "router/maxvio"), strict=True):
+            steps = sorted(set.intersection(*(set(r["curves"].get(key, {})) for r in rs)))
+            if not steps:
+                continue
+            ys = [sum(r["curves"][key][s] for r in rs) / len(rs) for s in steps]
+            k = max(1, len(ys) // 60)  # a moving average over ~1/60 of the run
+            smooth = [sum(ys[max(0, i - k):i + 1]) / len(ys[max(0, i - k):i + 1]) for i in range(len(ys))]
+            ax.plot(steps, smooth, style, color=colors.get(mode, "k"), label=f"{mode}, {setting.replace('_', ' ')}")
+    axes[0].set(title="training loss (mean over seeds)", xlabel="step", ylabel="loss (nats)")
+    axes[1].set(title="router MaxVio, worst layer (global batch)", xlabel="step", ylabel="MaxVio", yscale="log")
+    axes[0].legend(fontsize=8)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
     os.replace(tmp, path)
+
+
+def tune(args, pool, out: str) -> dict[str, float]:
+    """The best LR of each recipe setting in bf16 over TUNE_GRID at --tune-steps (held-out loss)."""
+    jobs = {(setting, lr): pool.submit(train_arm, f"tune-{setting}-lr{lr:g}", [*overrides, "model.moe.precision.expert=bf16",
+                                                                             f"optim.lr={lr}"], 0, args.tune_steps, out, [])
+            for setting, overrides in (("recipe", RECIPE), ("no_recipe", NO_RECIPE)) for lr in TUNE_GRID}
+    losses = {k: j.result()["eval_loss"] for k, j in jobs.items()}
+    best = {s: min((lr for (st, lr) in losses if st == s), key=lambda lr: losses[(s, lr)]) for s in ("recipe", "no_recipe")}
+    print("LR tuning (bf16, held-out loss):", {f"{s} lr={lr:g}": round(v, 4) for (s, lr), v in losses.items()})
+    return {**best, "grid": {f"{s}@{lr:g}": v for (s, lr), v in losses.items()}}
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: 30 steps, batch 4 × 64 tokens")
-    tiny = load_config(ROOT / "configs" / "tiny.yaml")
-    p.add_argument("--steps", type=int, default=tiny.train.steps, help="default: configs/tiny.yaml train.steps")
-    p.add_argument("--batch", type=int, default=tiny.train.micro_batch_size, help="default: tiny.yaml micro batch")
-    p.add_argument("--seq", type=int, default=tiny.train.seq_len, help="default: tiny.yaml seq_len")
-    p.add_argument("--eval-batches", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is robust on a shared machine)")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--lr", type=float, default=None, help="recipe arms' LR (default: tiny.yaml's, or --tune-lr)")
+    p.add_argument("--lr-no-recipe", type=float, default=None, help="no-recipe arms' LR (default: as --lr)")
+    p.add_argument("--tune-lr", action="store_true", help="pick each setting's LR by a short bf16 sweep first")
+    p.add_argument("--tune-steps", type=int, default=600)
+    p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once (one thread each)")
+    p.add_argument("--tracker", choices=("offline", "online", "disabled"), default="offline")
+    p.add_argument("--quick", action="store_true", help="smoke run: 30 steps, 1 seed, no ablations, no tuning")
+    p.add_argument("--no-progress", action="store_true", help="(kept for scripts; the trainer's bar is on stderr)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument(
-        "--no-noise-floor", action="store_true",
-        help="skip the second bf16 run (another init seed) that measures how far two bf16 runs land apart",
-    )  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
-        args.steps, args.batch, args.seq, args.eval_batches = 30, 4, 64, 2
-    torch.set_num_threads(args.threads)
+        args.steps, args.seeds, args.no_ablations, args.tune_lr = 30, 1, True, False
+    from services.trainer.data import prepare_shards, with_parquet_documents
+    from shared.config import load_config
 
-    stream = token_stream(tiny.model.vocab_size)
-    cut = int(len(stream) * 0.9)
-    train, held = stream[:cut], stream[cut:]
+    out_json = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "precision_gap.json")
+    prepare_shards(with_parquet_documents(load_config(ROOT / "configs" / "tiny.yaml", SHAPE)), 0)
+    load0, t0 = os.getloadavg()[0], time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
+        spool = (out_json.parent if out_json else Path(tmp)) / "precision_gap_spool"
+        tracker = [f"tracker.mode={args.tracker}", f"tracker.spool_dir={spool}"] if args.tracker != "disabled" else \
+            ["tracker.mode=disabled"]
+        tuned = tune(args, pool, tmp) if args.tune_lr else {}
+        base_lr = load_config(ROOT / "configs" / "tiny.yaml").optim.lr
+        lr = {"recipe": args.lr or tuned.get("recipe") or base_lr}
+        lr["no_recipe"] = args.lr_no_recipe or tuned.get("no_recipe") or lr["recipe"]
+        arms = [(f"{m}-{s}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr[s]}"])
+                for s, o in (("recipe", RECIPE), ("no_recipe", NO_RECIPE)) for m in MODES]
+        if not args.no_ablations:
+            arms += [(f"{m}-{a}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr['recipe']}"])
+                     for a, o in ABLATIONS.items() for m in ("bf16", "fp8")]
+        jobs = [pool.submit(train_arm, n, o, s, args.steps, tmp, [*tracker, "tracker.project=precision-gap"])
+                for n, o in arms for s in range(args.seeds)]
+        runs = [j.result() for j in jobs]
+    table = summarize(runs)
 
-    load_start, wall_start = os.getloadavg()[0], time.perf_counter()
-    runs = {(m, r): train_one(m, r, args, train, held) for r in (True, False) for m in MODES}
-    if not args.no_noise_floor:  # the same bf16 run from another init: how big is a gap that means nothing?
-        for r in (True, False):
-            runs[("bf16 seed+1", r)] = train_one("bf16", r, args, train, held, init_seed=args.seed + 1)
-    print(f"precision gap: tiny MoE, {args.steps} steps × {args.batch}×{args.seq} tokens, held-out loss (peer: bf16)")
-    print(f"{'mode':11s} {'recipe':7s} {'eval loss':>9s} {'gap':>8s} {'MaxVio':>7s} {'dead':>5s} {'s/step':>7s}")
-    for (m, r), res in runs.items():
-        gap = res["eval_loss"] - runs[("bf16", r)]["eval_loss"]
-        print(
-            f"{m:11s} {'on' if r else 'off':7s} {res['eval_loss']:9.4f} {gap:+8.4f} {res['max_vio']:7.3f} "
-            f"{res['dead_experts']:5d} {res['seconds'] / args.steps:7.3f}"
-        )
+    def gap(mode: str, setting: str) -> float:
+        return round(table[f"{mode}-{setting}"]["eval_loss"] - table[f"bf16-{setting}"]["eval_loss"], 5)
 
-    def gap(mode: str, recipe: bool) -> float:
-        return round(runs[(mode, recipe)]["eval_loss"] - runs[("bf16", recipe)]["eval_loss"], 5)
-
-    def key(mode: str, recipe: bool) -> str:
-        return f"{mode.replace(' ', '_')}{'' if recipe else '_no_recipe'}"
-
+    print(f"precision gap: {args.steps} steps × 256 tokens, 32 experts top-4, {args.seeds} seed(s); LRs {lr}")
+    print(f"{'arm':20s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
+    for name, a in table.items():
+        spread = "-" if a["seed_spread"] is None else f"{a['seed_spread']:.4f}"
+        print(f"{name:20s} {a['eval_loss']:9.4f} {spread:>7s} {a['maxvio_last_half'] or 0:7.3f} {a['dead_experts']:5d} "
+              f"{a['grad_norm_router'] or 0:10.4f} {a['grad_norm_experts'] or 0:11.4f}")
     result = {
-        "fp8_gap": gap("fp8", True),
-        "nvfp4_gap": gap("nvfp4", True),
-        "fp8_gap_no_recipe": gap("fp8", False),
-        "nvfp4_gap_no_recipe": gap("nvfp4", False),
-        "bf16_loss": round(runs[("bf16", True)]["eval_loss"], 5),
-        "bf16_loss_no_recipe": round(runs[("bf16", False)]["eval_loss"], 5),
-        "max_vio": {key(m, r): round(v["max_vio"], 4) for (m, r), v in runs.items()},
-        "dead_experts": {key(m, r): v["dead_experts"] for (m, r), v in runs.items()},
-        "all_finite": all(v["finite"] for v in runs.values()),
-        "steps": args.steps,
-        "tokens_per_step": args.batch * args.seq,
-        "quick": args.quick,
-        "seconds": round(sum(v["seconds"] for v in runs.values()), 1),
-        "seconds_per_step": {key(m, r): round(v["seconds"] / args.steps, 4) for (m, r), v in runs.items()},
-        "wall_seconds": round(time.perf_counter() - wall_start, 1),
-        "load_avg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
-        "threads": args.threads,
+        "fp8_gap": gap("fp8", "recipe"), "nvfp4_gap": gap("nvfp4", "recipe"),
+        "fp8_gap_no_recipe": gap("fp8", "no_recipe"), "nvfp4_gap_no_recipe": gap("nvfp4", "no_recipe"),
+        "bf16_seed_spread": table["bf16-recipe"]["seed_spread"], "bf16_seed_spread_no_recipe": table["bf16-no_recipe"]["seed_spread"],
+        "bf16_loss": table["bf16-recipe"]["eval_loss"], "bf16_loss_no_recipe": table["bf16-no_recipe"]["eval_loss"],
+        "max_vio": {n: a["maxvio_last_half"] for n, a in table.items()},
+        "dead_experts": {n: a["dead_experts"] for n, a in table.items()},
+        "arms": table, "lr": lr, "lr_tuning": tuned.get("grid"), "all_finite": all(a["finite"] for a in table.values()),
+        "steps": args.steps, "seeds": args.seeds, "tokens_per_step": 256, "quick": args.quick,
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "command": "benchmarks/precision_gap.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
-    if not args.no_noise_floor:  # |bf16(seed+1) − bf16(seed)|: gaps below this are run-to-run noise
-        result["bf16_seed_spread"] = abs(gap("bf16 seed+1", True))
-        result["bf16_seed_spread_no_recipe"] = abs(gap("bf16 seed+1", False))
-    out = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "precision_gap.json")
-    if out is not None:
-        write_atomic(out, result)
+    if out_json is not None:
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        plot(runs, out_json.with_suffix(".png"))
+        tmp_json = out_json.with_suffix(".tmp")
+        tmp_json.write_text(json.dumps(result, indent=1))
+        os.replace(tmp_json, out_json)
     print(json.dumps(result))
     return result
 

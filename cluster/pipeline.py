@@ -8,6 +8,13 @@ and figures; see StageRuns), and the runs a stage opens are children of that sta
 travels as tracker.parent and MOELAB_PARENT_RUN), so the dashboard links a model run to the
 exact data that trained it. The stages run on the Ray
 the job was submitted to (a local Ray when started by hand).
+
+Placement: each stage asks Ray for what it needs (filter and tokenize: CPUs; the vLLM oracle:
+TP × replicas GPUs; scoring actors: `scorer.scoring.actor_gpus` of `actor_accelerator_type`;
+training: Ray Train workers with `cluster.train_*` resources). Before a GPU stage starts its
+request is checked against the alive GPU nodes and the declared `cluster.gpu_nodes`
+(`shared.placement`), and training runs under Ray Train — never in this driver, which on a
+cluster runs on the CPU-only head — unless one CPU worker would run on the only node anyway.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 from cluster.stages import Stage, StageResult, StageRunner, file_fingerprints
 from shared import tracking
 from shared.config import ConfigError, ExperimentConfig, load_config, save_resolved
+from shared.placement import check_gpu_request, config_gpu_requests, declared_nodes, live_gpu_nodes
 
 EVAL_FRACTION = 0.02
 
@@ -52,6 +60,47 @@ def input_files(cfg: ExperimentConfig) -> list[str]:
     return files
 
 
+def _ray(cfg: ExperimentConfig):
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=cfg.cluster.address, num_cpus=cfg.cluster.num_cpus, namespace=cfg.cluster.namespace,
+                 include_dashboard=False, configure_logging=False, log_to_driver=False)
+    return ray
+
+
+def check_placement(cfg: ExperimentConfig, prefix: str) -> None:
+    """Refuse, before the stage starts, a GPU request (fields under `prefix`) that neither an alive
+    node nor a declared `cluster.gpu_nodes` group can hold."""
+    requests = [r for r in config_gpu_requests(cfg) if r.what.startswith(prefix)]
+    if requests:
+        _ray(cfg)
+        nodes = live_gpu_nodes() + declared_nodes(cfg.cluster.gpu_nodes)
+        for request in requests:
+            check_gpu_request(request, nodes)
+
+
+def trains_under_ray(cfg: ExperimentConfig) -> bool:
+    """Ray Train workers, unless one CPU worker would run on this (the only) node anyway."""
+    import ray
+
+    from services.trainer.launch import wants_gpu_workers
+
+    if cfg.train.workers > 1 or cfg.cluster.address or cfg.cluster.train_gpus_per_worker:
+        return True
+    if not ray.is_initialized():  # no Ray in this process (no Ray stage ran): this machine trains
+        return False
+    return wants_gpu_workers(cfg) or sum(1 for n in ray.nodes() if n["Alive"]) > 1
+
+
+def _placed(cfg: ExperimentConfig, prefix: str, run):
+    def checked() -> dict[str, Any]:
+        check_placement(cfg, prefix)
+        return run()
+
+    return checked
+
+
 def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     from cluster.select import select_kept
     from services.data_filter.pipeline import run as run_filter
@@ -67,7 +116,7 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     filtered = lambda: sorted(glob.glob(str(Path(cfg.data.out_dir) / "*.parquet")))  # noqa: E731
 
     def train() -> dict[str, Any]:
-        return run_ray(cfg) if cfg.train.workers > 1 or cfg.cluster.address else run_local(cfg)
+        return run_ray(cfg) if trains_under_ray(cfg) else run_local(cfg)
 
     def select_and_tokenize() -> dict[str, Any]:
         selected = select_kept(str(scorer_out / "scores" / "*.parquet"), root / "kept", EVAL_FRACTION)
@@ -78,18 +127,19 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     return [
         Stage("filter", lambda: run_filter(cfg.data, experiment=cfg), j(cfg.data),
               outputs=(Path(cfg.data.out_dir),), extra_key=file_fingerprints(input_files(cfg))),
-        Stage("label", lambda: label_stage(cfg), j(cfg.scorer.oracle), after=("filter",),
+        Stage("label", _placed(cfg, "scorer.oracle", lambda: label_stage(cfg)), j(cfg.scorer.oracle), after=("filter",),
               outputs=(scorer_out / "labels.parquet",)),
         Stage("distill", lambda: train_stage(cfg),
               {"heads": j(cfg.scorer.heads), "heads_version": HEADS_VERSION, "backbone": cfg.scorer.backbone,
                "layers": [cfg.scorer.probe_layer, cfg.scorer.judge_layer]}, after=("label",)),
         Stage("calibrate", lambda: calibrate_stage(cfg), j(cfg.scorer.calibration), after=("distill",)),
-        Stage("score", lambda: run_scoring(cfg, filtered()), j(cfg.scorer.scoring), after=("calibrate",),
+        Stage("score", _placed(cfg, "scorer.scoring", lambda: run_scoring(cfg, filtered())), j(cfg.scorer.scoring),
+              after=("calibrate",),
               outputs=(scorer_out / "scores",)),
         Stage("tokenize", select_and_tokenize, {"mixture": j(cfg.mixture), "eval_fraction": EVAL_FRACTION},
               after=("score",), outputs=(root / "kept", Path(cfg.mixture.shard_dir),
                                          Path(cfg.mixture.shard_dir + "-eval"), Path(cfg.mixture.tokenizer.out_dir))),
-        Stage("train", train, {"model": j(cfg.model), "optim": j(cfg.optim), "train": j(cfg.train)},
+        Stage("train", _placed(cfg, "train", train), {"model": j(cfg.model), "optim": j(cfg.optim), "train": j(cfg.train)},
               after=("tokenize",), outputs=(Path(cfg.train.out_dir),)),
     ]
 

@@ -154,6 +154,10 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
 
     run = tracking.init(config=cfg, name=tc.run_name or cfg.name, tags=["train", cfg.model.ffn], id=run_id,
                         mode=cfg.tracker.mode if is_main else "disabled")
+    backends = getattr(model, "precision_backends", None) or {}
+    if backends:  # which GEMM backend each precision mode runs on (auto: TE, native or emulation) and why
+        run.event("precision", "; ".join(f"{k} {c['mode']} on {c['backend']} ({c['why']})" for k, c in backends.items()),
+                  **{f"{k}_{f}": str(c[f]) for k, c in backends.items() for f in ("mode", "backend")})
     peak = measured_peak_flops(ctx.device)
     train_flops = flops_per_token(cfg.model, tc.seq_len, counts)  # training FLOPs (fwd + bwd) per token
     n_experts = cfg.model.moe.n_routed_experts
@@ -255,7 +259,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     bar.close()
     history.close()
     run.finish()
-    return {**final, "run_id": run.id, "steps": tc.steps, "total_params": counts.total, "active_params": counts.active,
+    return {**final, "run_id": run.id, "steps": tc.steps, "router_warnings": len(health.history), "total_params": counts.total, "active_params": counts.active,
             "checkpoint": last_good, "run_dir": str(out)}
 
 

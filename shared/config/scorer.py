@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from shared.config.base import Section
+from shared.config.vllm import VLLMOracleConfig
 
 
 class OracleConfig(Section):
@@ -24,9 +25,8 @@ class OracleConfig(Section):
     sample_size: int = Field(2000, ge=1, description="Documents labelled by the oracle.")
     base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint for the openai backend.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key (may be unset).")
-    concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once (openai) or vLLM engine replicas (vllm).")
-    tensor_parallel_size: int = Field(8, ge=1, le=64, description="vLLM tensor-parallel size per engine (vllm backend).")
-    batch_size: int = Field(64, ge=1, le=4096, description="Documents per Ray Data batch sent to one vLLM engine.")
+    concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once (openai backend).")
+    vllm: VLLMOracleConfig = Field(default_factory=VLLMOracleConfig, description="vllm backend: TP × replicas, placement.")
     timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds (openai backend).")
     max_retries: int = Field(3, ge=0, le=20, description="Retries per document after an invalid answer or a failed request.")
     backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry (openai).")
@@ -86,7 +86,13 @@ class ScoringConfig(Section):
         0.25, gt=0, le=64, description="CPUs per Parquet read task (fractional: on nodes whose CPUs the actors "
         "hold, a 1-CPU read task would never be scheduled)."
     )
-    actor_gpus: float = Field(0.0, ge=0, le=8, description="GPUs per actor (0 on CPU; 1 on a GPU cluster).")
+    actor_gpus: float = Field(0.0, ge=0, le=8, description="GPUs per actor Ray reserves (0 on CPU; 1 on a GPU cluster).")
+    actor_accelerator_type: str | None = Field(
+        None, min_length=1, description="Ray accelerator type the actors need (e.g. L40S); None = any node with the GPUs."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where an actor runs the backbone: auto = CUDA when the actor sees one, else CPU."
+    )
     batch_size: int = Field(64, ge=1, le=65536, description="Documents per Ray Data batch handed to an actor.")
     micro_batch: int = Field(16, ge=1, le=4096, description="Documents per backbone call inside an actor, grouped by length.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Backbone dtype (bfloat16 on GPU; CPUs here lack bf16).")

@@ -1,0 +1,123 @@
+"""Router balance at small batch: which bias-update and aux-loss settings keep MaxVio low, at what loss.
+
+Each arm is a real `moelab train` run of a recipe (default configs/tiny.yaml: 8 experts, top-2,
+1,024 tokens per step, 200 steps) with a few overrides. Per arm we read the run's metrics.jsonl
+(router statistics of the global batch, every step) and report, for the second half of the run:
+the mean MaxVio of the worst MoE layer (and of every layer), the largest MaxVio seen (an expert at
+(1 + MaxVio)× its balanced share; the acceptance bar is < 2×), the router-health warnings the run
+raised, and the final held-out loss. The peer is the shipped DeepSeek-V3 setting (sign rule,
+γ = 1e-3, α = 1e-4); Loss-Free Balancing (Wang et al. 2024, arXiv:2408.15664) reports MaxVio_global
+0.72 with an aux loss against 0.04 loss-free at 1B scale and huge batches, the reference our small
+batches are measured against.
+
+    .venv/bin/python benchmarks/router_balance.py                 # every arm, 2 seeds (~15 min idle)
+    .venv/bin/python benchmarks/router_balance.py --quick         # 2 arms, 30 steps (smoke)
+    .venv/bin/python benchmarks/router_balance.py --arm NAME=OVERRIDES ...   # your own arms
+
+The last output line is one JSON object: per arm its figures and the arm the defaults pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(ROOT))
+
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402  (imports `tokenize`: after the path fix)
+
+B = "model.moe.balance"
+# (name, overrides): the shipped DeepSeek setting first (the peer), then one change at a time.
+ARMS = [
+    ("deepseek_sign_1e-3", [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.001", f"{B}.seq_aux_alpha=0.0001"]),
+    ("sign_1e-2", [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.01", f"{B}.seq_aux_alpha=0.0001"]),
+    ("sign_3e-2", [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.03", f"{B}.seq_aux_alpha=0.0001"]),
+    ("error_1e-2", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.01", f"{B}.seq_aux_alpha=0.0001"]),
+    ("error_3e-2", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.03", f"{B}.seq_aux_alpha=0.0001"]),
+    ("error_1e-1", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.1", f"{B}.seq_aux_alpha=0.0001"]),
+    ("error_3e-2_alpha1e-2", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.03", f"{B}.seq_aux_alpha=0.01"]),
+    ("no_balance", [f"{B}.bias_update_rate=0.0", f"{B}.seq_aux_alpha=0.0"]),
+]
+
+
+def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    from services.trainer.launch import run_local
+    from services.trainer.loop import run_dir
+    from services.trainer.metrics import read_metrics
+    from shared.config import load_config
+
+    cfg = load_config(ROOT / recipe, [*overrides, f"train.seed={seed}", f"train.steps={steps}",
+                                      f"train.out_dir={out}", f"train.run_name={name}-s{seed}", "train.device=cpu",
+                                      f"train.eval_every={steps}", "tracker.mode=disabled"])
+    t0 = time.perf_counter()
+    result = run_local(cfg)
+    series = read_metrics(run_dir(cfg) / "metrics.jsonl")
+    layers = sorted(k for k in series if k.startswith("router/maxvio/layer"))
+    half = [s for s in sorted(series["router/maxvio"]) if s >= steps // 2]
+    per_layer = {k.rsplit("/", 1)[1]: sum(series[k][s] for s in half) / len(half) for k in layers}
+    return {"arm": name, "seed": seed, "maxvio_last_half": max(per_layer.values()), "maxvio_per_layer": per_layer,
+            "maxvio_peak_last_half": max(series["router/maxvio"][s] for s in half),
+            "router_warnings": result.get("router_warnings"), "eval_loss": result.get("eval/loss"),
+            "eval_maxvio_global": result.get("eval/maxvio_global"), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", default="configs/tiny.yaml")
+    p.add_argument("--steps", type=int, default=None, help="default: the recipe's train.steps")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--arm", action="append", default=[], help="NAME=override,override (replaces the built-in arms)")
+    p.add_argument("--workers", type=int, default=2, help="arms trained at once (one thread each)")
+    p.add_argument("--quick", action="store_true", help="2 arms, 1 seed, 30 steps")
+    p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
+    args = p.parse_args(argv)
+    from shared.config import load_config
+
+    arms = [(a.split("=", 1)[0], a.split("=", 1)[1].split(",")) for a in args.arm] or ARMS
+    steps = args.steps or load_config(ROOT / args.recipe).train.steps
+    if args.quick:
+        arms, steps, args.seeds = arms[:2], 30, 1
+    from services.trainer.data import prepare_shards, with_parquet_documents
+
+    prepare_shards(with_parquet_documents(load_config(ROOT / args.recipe)), 0)  # once, before arms race to build them
+    load0, t0 = os.getloadavg()[0], time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
+        jobs = [pool.submit(run_arm, args.recipe, n, o, s, steps, tmp) for n, o in arms for s in range(args.seeds)]
+        runs = [j.result() for j in jobs]
+    table = {}
+    print(f"router balance: {args.recipe}, {steps} steps, {args.seeds} seed(s); second half of each run")
+    print(f"{'arm':24s} {'MaxVio worst layer':>18s} {'peak':>6s} {'warnings':>8s} {'eval loss':>9s}")
+    for name, _ in arms:
+        rs = [r for r in runs if r["arm"] == name]
+        row = {k: sum(r[k] for r in rs) / len(rs) for k in ("maxvio_last_half", "maxvio_peak_last_half", "eval_loss")}
+        row["router_warnings"] = sum(r["router_warnings"] for r in rs)
+        row["runs"] = rs
+        table[name] = row
+        print(f"{name:24s} {row['maxvio_last_half']:18.3f} {row['maxvio_peak_last_half']:6.2f} "
+              f"{row['router_warnings']:8d} {row['eval_loss']:9.4f}")
+    result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "arms": table,
+              "defaults": load_config(ROOT / args.recipe).model.moe.balance.model_dump(),
+              "wall_seconds": round(time.perf_counter() - t0, 1), "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+    out = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "router_balance.json")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp_out = out.with_suffix(".tmp")
+        tmp_out.write_text(json.dumps(result, indent=1))
+        os.replace(tmp_out, out)
+    print(json.dumps({k: v for k, v in result.items() if k != "arms"} | {"arms": {k: {x: y for x, y in v.items() if x != "runs"}
+                                                                                   for k, v in table.items()}}))
+    return result
+
+
+if __name__ == "__main__":
+    main()
