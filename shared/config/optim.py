@@ -38,13 +38,22 @@ class OptimConfig(Section):
         default_factory=lambda: [r"embed", r"(^|\.)lm_head\.", r"norm", r"router", r"bias", r"bungee"],
         description="Regexes (re.search on parameter names) sent to AdamW; other >= 2-D tensors go to Muon.",
     )
+    lr_scales: dict[str, float] = Field(
+        default_factory=dict,
+        description="Extra LR factors on top of muP, {regex on parameter names: factor} (first match wins), "
+        "e.g. {router: 0.1}.",
+    )
     log_stats: bool = Field(True, description="Compute per-group grad norm and update RMS at each step (one param copy).")
 
     @model_validator(mode="after")
     def _check_patterns(self) -> OptimConfig:
-        for pattern in self.adamw_patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"optim.adamw_patterns: {pattern!r} is not a valid regex ({exc})") from None
+        for field, patterns in (("adamw_patterns", self.adamw_patterns), ("lr_scales", list(self.lr_scales))):
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"optim.{field}: {pattern!r} is not a valid regex ({exc})") from None
+        bad = {k: v for k, v in self.lr_scales.items() if not 0 < v <= 100}
+        if bad:
+            raise ValueError(f"optim.lr_scales: factors must be in (0, 100], got {bad}")
         return self

@@ -82,6 +82,7 @@ def build_groups(
             mult = float(lr_multipliers[name])
         else:
             mult = lr_multiplier(scaling, opt, cfg.muon_lr_adjust) if scaling else 1.0
+        mult *= next((f for pattern, f in cfg.lr_scales.items() if re.search(pattern, name)), 1.0)
         key = (opt, float(f"{mult:.9g}"), p.dim() >= 2)  # equal multipliers up to rounding share a group
         spec = groups.setdefault(key, GroupSpec(*key))
         spec.names.append(name)

@@ -49,3 +49,11 @@ def test_kda_conv_kernels_go_to_adamw_not_muon():
     where = {n: pg["label"].split("/")[0] for pg in build_optimizer(model, cfg.optim, 10).param_groups for n in pg["names"]}
     convs = [n for n in where if ".conv" in n]
     assert convs and all(where[n] == "adamw" for n in convs)
+
+
+def test_lr_scales_multiply_matching_parameters_on_top_of_mup():
+    cfg = load_config("configs/tiny.yaml", ["model.n_layers=2", "model.vocab_size=256", "optim.lr_scales={router: 0.1}"])
+    model = MoETransformer(cfg.model)
+    by = {n: pg for pg in build_optimizer(model, cfg.optim, 10).param_groups for n in pg["names"]}
+    assert by["layers.1.ffn.router.weight_ED"]["lr_mult"] == pytest.approx(0.1)
+    assert by["layers.1.ffn.experts.w1_EFD"]["lr_mult"] == pytest.approx(1.0)
