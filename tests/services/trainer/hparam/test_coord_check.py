@@ -31,3 +31,15 @@ def test_hidden_matrix_updates_grow_with_width_under_sp(records):
     muon = [v for k, v in hidden_matrix_exponents(records).items() if k[:2] == ("muon_adamw", False)]
     assert sum(adam) / len(adam) > 0.5 and min(adam) > 0.3
     assert sum(muon) / len(muon) > 0.3  # Muon's RMS matching already grows its step only as √width
+
+
+def test_the_check_sees_adams_rule_applied_to_muon(tmp_path, doc_globs, monkeypatch):
+    """The scaling mistake the previous muP made (Adam's 1/fan-in LR rule on Muon's orthogonalised
+    updates) shrinks Muon's ΔW·x with width, and this check reads it."""
+    from shared.optim import scaling
+
+    monkeypatch.setattr(scaling, "muon_lr_multiplier", lambda s, adjust: s.adam_lr_multiplier)
+    cfg = tiny_cfg(tmp_path, doc_globs, "model.n_layers=2")
+    wrong = coord_check(cfg, [32, 128], steps=2, modes=(True,), optimizers=("muon_adamw",), seeds=1)
+    slopes = list(hidden_matrix_exponents(wrong).values())
+    assert sum(slopes) / len(slopes) < -0.3, slopes
