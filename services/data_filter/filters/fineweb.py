@@ -10,32 +10,31 @@ from __future__ import annotations
 
 from services.data_filter.filters.base import TERMINAL_PUNCT, Doc, Filter
 from services.data_filter.filters.repetition import duplicates
-from shared.config.filters import LineRulesConfig
+from shared.config.filters import FineWebConfig
 
 
 class FineWebFilter(Filter):
     name = "fineweb"
     reasons = ("line_punct_ratio", "short_line_ratio", "dup_line_char_ratio", "newline_ratio")
 
-    def __init__(self, cfg: LineRulesConfig):
-        self.cfg = cfg
+    settings = FineWebConfig
 
     def check(self, doc: Doc) -> str | None:
-        c = self.cfg
+        c = self.settings_for(doc)
         lines = [line for line in doc.text.split("\n") if line.strip()]
         if not lines:
             return "line_punct_ratio"
         ends = sum(1 for line in lines if line.endswith(TERMINAL_PUNCT))
-        if ends / len(lines) < c.fineweb_min_line_punct_ratio:
+        if ends / len(lines) < c.min_line_punct_ratio:
             return "line_punct_ratio"
-        short = sum(1 for line in lines if len(line) <= c.fineweb_short_line_chars)
-        if short / len(lines) > c.fineweb_max_short_line_ratio:
+        short = sum(1 for line in lines if len(line) <= c.short_line_chars)
+        if short / len(lines) > c.max_short_line_ratio:
             return "short_line_ratio"
         _, dup_chars = duplicates(lines)
         total = len(doc.text.replace("\n", ""))
-        if total and dup_chars / total > c.fineweb_max_dup_line_char_ratio:
+        if total and dup_chars / total > c.max_dup_line_char_ratio:
             return "dup_line_char_ratio"
         words = len(doc.words())
-        if words and doc.text.count("\n") / words > c.fineweb_max_newline_ratio:
+        if words and doc.text.count("\n") / words > c.max_newline_ratio:
             return "newline_ratio"
         return None

@@ -5,7 +5,9 @@ offline; it is loaded with `fasttext-predict` (the predict-only fastText wheel).
 `.bin`/`.ftz` can be given by path instead. A document is kept when its top label is one of the
 configured languages with probability >= `min_score` (0.65, the threshold FineWeb and datatrove
 use for lid.176). fastText predicts on one line, so newlines are replaced by spaces first.
-The detected language and score are stored in `doc.meta` for later filters (toxicity, perplexity).
+The detected language and score are stored in `doc.meta` for every later filter: word units,
+stop words, thresholds, toxicity lists and the perplexity groups all follow it, and it is written
+with the kept document's meta.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ class LanguageFilter(Filter):
     name = "language"
     reasons = ("language_not_kept", "language_low_score")
 
-    def __init__(self, cfg: LanguageConfig):
-        self.cfg = cfg
+    settings = LanguageConfig
+
+    def __init__(self, cfg: LanguageConfig, chain=None):
+        super().__init__(cfg, chain)
         self.model = load_model(str(cfg.model_path or default_model_path()))
         self.keep = frozenset(cfg.languages)
 

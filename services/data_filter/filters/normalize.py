@@ -32,8 +32,10 @@ class NormalizeFilter(Filter):
     name = "normalize"
     reasons = ("empty_after_normalize",)
 
-    def __init__(self, cfg: NormalizeConfig):
-        self.cfg = cfg
+    settings = NormalizeConfig
+
+    def __init__(self, cfg: NormalizeConfig, chain=None):
+        super().__init__(cfg, chain)
         self._blank_run = re.compile("\n{" + str(cfg.max_blank_lines + 2) + ",}")
         self._blank_keep = "\n" * (cfg.max_blank_lines + 1)
 
