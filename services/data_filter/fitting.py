@@ -1,4 +1,4 @@
-"""The fitted pass: filters that need the corpus first (perplexity), run after every streaming filter.
+"""The fitted pass: filters that need the corpus first (perplexity), run after the streaming filters and dedup.
 
 Three streaming reads of the units' kept rows, never the whole corpus in memory: (A) group sizes
 per (source, language), small groups pooled per (kind, language); (B) each group's training
@@ -35,17 +35,25 @@ def fitted_path(work: Path, index: int) -> Path:
     return unit_paths(work, index)["rows"].with_suffix(".fitted.json")
 
 
-def _rows(path: Path, columns: list[str]):
-    t = pq.read_table(path, columns=columns)
-    return zip(*(t.column(c).to_pylist() for c in columns), strict=True)
+def _rows(path: Path, columns: list[str], skip: set[int]):
+    """Rows of a unit file (the listed columns), leaving out the keys in `skip`."""
+    names = list(dict.fromkeys(["key", *columns]))
+    t = pq.read_table(path, columns=names)
+    cols = {c: t.column(c).to_pylist() for c in names}
+    for i, key in enumerate(cols["key"]):
+        if key not in skip:
+            yield tuple(cols[c][i] for c in columns)
 
 
 def _language(meta: str) -> str:
     return json.loads(meta).get("language") or UNSCORED
 
 
-def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], samples_per_reason: int) -> dict[str, Any]:
-    """Run the fitted filters of every source's chain; return the pass summary (also in work/fitted.json)."""
+def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], duplicates: set[int]) -> dict[str, Any]:
+    """Run the fitted filters of every source's chain on the rows dedup kept; return the pass summary.
+
+    The summary is also written to work/fitted.json; `duplicates` are the row keys dedup removed.
+    """
     done = work / "fitted.json"
     if done.is_file():
         return json.loads(done.read_text())
@@ -59,7 +67,7 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], sa
     # (A) group sizes; a group too small to fit on pools with its kind and language
     sizes: Counter = Counter()
     for u in active:
-        for (meta,) in _rows(unit_paths(work, u.index)["rows"], ["meta"]):
+        for (meta,) in _rows(unit_paths(work, u.index)["rows"], ["meta"], duplicates):
             sizes[(u.source, _language(meta))] += 1
     kind_of = {u.source: u.kind for u in units}
     pooled: Counter = Counter()
@@ -78,21 +86,28 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], sa
         return None
 
     # (B) training samples by group and fold, then the models
-    samples: dict[str, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+    group_size: Counter = Counter()
+    for (src, lang), n in sizes.items():
+        g = group_of(src, lang)
+        if g is not None:
+            group_size[g] += n
+    folds = {g: 2 for g in group_size}
+    samples: dict[str, list[list[str]]] = {}
     budget: Counter = Counter()
     group_filter: dict[str, PerplexityFilter] = {}
     for u in active:
         filt = filters[u.source]
         if filt.cfg.reference_text:
             continue
-        for doc_id, text, meta in _rows(unit_paths(work, u.index)["rows"], ["id", "text", "meta"]):
+        for doc_id, text, meta in _rows(unit_paths(work, u.index)["rows"], ["id", "text", "meta"], duplicates):
             g = group_of(u.source, _language(meta))
             if g is None:
                 continue
             group_filter.setdefault(g, filt)
-            f = fold_of(doc_id)
-            if budget[(g, f)] < filt.cfg.max_fit_tokens:
-                samples[g][f].append(text)
+            f = fold_of(doc_id, folds[g])
+            cap = filt.cfg.max_fit_tokens // max(folds[g] - 1, 1)
+            if budget[(g, f)] < cap:
+                samples.setdefault(g, [[] for _ in range(folds[g])])[f].append(text)
                 budget[(g, f)] += len(text.split()) + text.count("\n") + 1
     models = {}
     for g, folds in sorted(samples.items()):
@@ -102,21 +117,22 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], sa
     for src, filt in filters.items():
         if filt.cfg.reference_text:
             texts = load_reference_texts(filt.cfg.reference_text)
-            references[src] = filt.fit((texts, []), None)
+            references[src] = filt.fit([texts], None)
     # (C) out-of-fold scores, fences per group, decisions per unit
     scores: dict[int, list[tuple]] = {}
     by_group: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for u in active:
         filt = filters[u.source]
         rows = []
-        for key, doc_id, text, meta in _rows(unit_paths(work, u.index)["rows"], ["key", "id", "text", "meta"]):
+        for key, doc_id, text, meta in _rows(unit_paths(work, u.index)["rows"], ["key", "id", "text", "meta"], duplicates):
             lang = _language(meta)
             g = f"{u.source}/reference" if u.source in references else group_of(u.source, lang)
-            model_pair = references.get(u.source) or models.get(g or "")
-            if g is None or model_pair is None:
+            fold_models = references.get(u.source) or models.get(g or "")
+            if g is None or fold_models is None:
                 rows.append((key, None, 0.0, 0.0, 0, len(text.encode()), "unscored_group_too_small_or_no_word_units"))
                 continue
-            log_ppl, gain, n = score(model_pair[fold_of(doc_id)], filt, text, None if lang == UNSCORED else lang)
+            model = fold_models[fold_of(doc_id, len(fold_models))]
+            log_ppl, gain, n = score(model, filt, text, None if lang == UNSCORED else lang)
             if n < filt.cfg.min_doc_tokens:
                 rows.append((key, None, log_ppl, gain, n, len(text.encode()), "unscored_too_short"))
                 continue

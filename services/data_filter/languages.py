@@ -56,12 +56,26 @@ def profile_section(language: str | None, section: str) -> dict[str, Any]:
     return dict(profile(language).get(section, {}))
 
 
+_WORDISH = re.compile(r"[^\W_]")
+
+
+def _attach_punctuation(units: list[str]) -> list[str]:
+    """Punctuation-only units join the unit before them, as whitespace words carry their punctuation."""
+    out: list[str] = []
+    for u in units:
+        if out and not _WORDISH.search(u):
+            out[-1] += u
+        else:
+            out.append(u)
+    return out
+
+
 def words(text: str, language: str | None) -> list[str]:
     """The word units the length, Gopher and repetition rules count for `language`."""
     if language in HAN_UNITS:
-        return _HAN_UNIT.findall(text)
+        return _attach_punctuation(_HAN_UNIT.findall(text))
     if language in CLASS_RUN_UNITS:
-        return _JA_UNIT.findall(text)
+        return _attach_punctuation(_JA_UNIT.findall(text))
     return text.split()
 
 

@@ -1,4 +1,8 @@
-"""The data filter stage: units -> filter chains (Ray Data actor pool) -> fitted filters -> MinHash dedup -> shards.
+"""The data filter stage: units -> filter chains (Ray Data actor pool) -> MinHash dedup -> fitted filters -> shards.
+
+Dedup runs before the fitted filters (as CCNet deduplicates before its LM filter): the perplexity
+model is then fitted and cross-validated on distinct documents (a duplicate in the other fold would
+be memorised and look unusually fluent), and a cluster's kept member is the one scored.
 
 Layout of `out_dir`:
   part-00000.parquet ...  kept documents, schema (id, text, source, meta), input order
@@ -86,15 +90,7 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
         else:
             _run_ray(fcfg, chains, pending, work, lambda: progress(None, len(units)) if progress else None)
     filter_seconds = time.perf_counter() - t0
-    fitted_summary = run_fitted(units, work, chains, fcfg.samples_per_reason)
-    fitted = {u.index: json.loads(p.read_text()) for u in units if (p := fitted_path(work, u.index)).is_file()}
-    unit_stats = [json.loads(unit_paths(work, u.index)["stats"].read_text()) for u in units]
-    for s in unit_stats:
-        if s["unit"] in fitted:
-            s["stages"].append(fitted[s["unit"]]["stage"])
-            s["kept_after_fitted"] = fitted[s["unit"]]["stage"]["kept"]
     rows = [str(unit_paths(work, u.index)["rows"]) for u in units]
-    removed_fitted = {int(k): r for f in fitted.values() for k, r in f["removed"].items()}
     t0 = time.perf_counter()
     dup_file = work / "dedup.json"
     if not fcfg.dedup.enabled:
@@ -102,9 +98,17 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
     elif dup_file.is_file():
         dups = {int(k): v for k, v in json.loads(dup_file.read_text()).items()}
     else:
-        dups = find_duplicates(rows, fcfg.dedup.bands, fcfg.workers, fcfg.actor_cpus, exclude=list(removed_fitted))
+        dups = find_duplicates(rows, fcfg.dedup.bands, fcfg.workers, fcfg.actor_cpus)
         write_json({str(k): v for k, v in sorted(dups.items())}, dup_file)
     dedup_seconds = time.perf_counter() - t0
+    fitted_summary = run_fitted(units, work, chains, set(dups))
+    fitted = {u.index: json.loads(p.read_text()) for u in units if (p := fitted_path(work, u.index)).is_file()}
+    unit_stats = [json.loads(unit_paths(work, u.index)["stats"].read_text()) for u in units]
+    for s in unit_stats:
+        if s["unit"] in fitted:
+            s["stages"].append(fitted[s["unit"]]["stage"])
+            s["fitted_removed"] = fitted[s["unit"]]["stage"]["in"] - fitted[s["unit"]]["stage"]["kept"]
+    removed_fitted = {int(k): r for f in fitted.values() for k, r in f["removed"].items()}
     scores = {int(k): v for f in fitted.values() for k, v in f["scores"].items()}
     shards, extra_samples, written = _write_shards(rows, dups, removed_fitted, scores, out, fcfg.shard_docs,
                                                    fcfg.samples_per_reason)
@@ -167,6 +171,9 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
     for path in rows:
         t = pq.read_table(path, columns=["key", *OUTPUT_SCHEMA.names])
         keys = t.column("key").to_pylist()
+        if reps:  # before the fitted removals: a duplicate names its representative even when that one went later
+            ids = t.column("id").to_pylist()
+            id_of_key.update((k, i) for k, i in zip(keys, ids, strict=True) if k in reps)
         if fitted_out:
             gone = [i for i, k in enumerate(keys) if k in fitted_out]
             for i in gone:
@@ -187,9 +194,6 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
                     m["perplexity"], m["context_gain"] = scores[k]
                     metas[i] = meta_json(m)
             t = t.set_column(t.schema.get_field_index("meta"), "meta", pa.array(metas, type=pa.string()))
-        if reps:
-            ids = t.column("id").to_pylist()
-            id_of_key.update((k, i) for k, i in zip(keys, ids, strict=True) if k in reps)
         if dups:
             mask = [k not in dups for k in keys]
             for i, k in enumerate(keys):
@@ -217,7 +221,6 @@ def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[st
             rejected[k] = rejected.get(k, 0) + v
     docs = sum(s["docs"] for s in unit_stats)
     kept = sum(s["kept"] for s in unit_stats)
-    kept_fitted = sum(s.get("kept_after_fitted", s["kept"]) for s in unit_stats)
     chains: dict[str, list] = {}
     for kind in sorted({s["kind"] for s in unit_stats}):
         chains[kind] = merge_stage_lists([s["stages"] for s in unit_stats if s["kind"] == kind])
@@ -228,34 +231,33 @@ def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[st
         dups_per_source[src] = dups_per_source.get(src, 0) + 1
     by_source: dict[str, dict[str, Any]] = {}
     for s in unit_stats:
-        d = by_source.setdefault(s["source"], {"kind": s["kind"], "records": 0, "docs": 0, "kept": 0, "kept_after_fitted": 0,
+        d = by_source.setdefault(s["source"], {"kind": s["kind"], "records": 0, "docs": 0, "kept": 0, "fitted_removed": 0,
                                                "removed": {}})
-        d["records"] += s["records"]
-        d["docs"] += s["docs"]
-        d["kept"] += s["kept"]
-        d["kept_after_fitted"] += s.get("kept_after_fitted", s["kept"])
+        for k in ("records", "docs", "kept", "fitted_removed"):
+            d[k] += s.get(k, 0)
         for st in s["stages"]:
             for reason, n in st["removed"].items():
                 tag = f"{st['name']}:{reason}"
                 d["removed"][tag] = d["removed"].get(tag, 0) + n
     for src, d in by_source.items():
         d["near_duplicates"] = dups_per_source.get(src, 0)
-        d["written"] = d["kept_after_fitted"] - d["near_duplicates"]
+        d["written"] = d["kept"] - d["near_duplicates"] - d["fitted_removed"]
         d["removed"] = dict(sorted(d["removed"].items()))
-        d["funnel"] = _funnel(d["records"], d["docs"], d["kept"], d["kept_after_fitted"], d["written"], d["written"])
+        d["funnel"] = _funnel(d["records"], d["docs"], d["kept"], d["kept"] - d["near_duplicates"], d["written"], d["written"])
+    fitted_removed = sum(d["fitted_removed"] for d in by_source.values())
     return {
-        "records": records, "rejected": dict(sorted(rejected.items())), "docs": docs, "kept_after_filters": kept_fitted,
-        "kept_after_streaming_filters": kept, "documents_in": records, "documents_out": written,
+        "records": records, "rejected": dict(sorted(rejected.items())), "docs": docs, "kept_after_filters": kept,
+        "documents_in": records, "documents_out": written,
         "near_duplicates": len(dups), "written": written, "chains": chains, "sources": by_source,
-        "funnel": _funnel(records, docs, kept, kept_fitted, kept_fitted - len(dups), written),
+        "funnel": _funnel(records, docs, kept, kept - len(dups), kept - len(dups) - fitted_removed, written),
         "seconds": {"filters": round(filter_s, 3), "dedup": round(dedup_s, 3), "total": round(total_s, 3)},
         "units": len(unit_stats),
     }
 
 
-def _funnel(records: int, valid: int, kept: int, kept_fitted: int, deduped: int, written: int) -> list[dict[str, Any]]:
+def _funnel(records: int, valid: int, kept: int, deduped: int, fitted: int, written: int) -> list[dict[str, Any]]:
     return [{"stage": "read", "docs": records}, {"stage": "valid", "docs": valid}, {"stage": "filters", "docs": kept},
-            {"stage": "perplexity", "docs": kept_fitted}, {"stage": "dedup", "docs": deduped},
+            {"stage": "dedup", "docs": deduped}, {"stage": "perplexity", "docs": fitted},
             {"stage": "written", "docs": written}]
 
 

@@ -1,6 +1,6 @@
 """Send the filter funnel and per-stage removals to the tracker through `shared.tracking`.
 
-The funnel (read -> valid -> after streaming filters -> after perplexity -> after dedup -> written)
+The funnel (read -> valid -> after streaming filters -> after dedup -> after perplexity -> written)
 goes as a `funnel` event named `documents`, and one per input source as `documents/<source>`;
 per-chain, per-filter removal counts as scalars `data_filter/<kind>/<filter>/removed`. The
 client spools when the server is down (never blocks the stage for long, never loses the points).

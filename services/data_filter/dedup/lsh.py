@@ -51,8 +51,7 @@ def duplicates_from_edges(edges: np.ndarray) -> dict[int, int]:
     return {x: r for x, r in roots.items() if x != r}
 
 
-def read_band(paths: list[str], band: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(band keys, document keys) of every row, minus the document keys in `exclude` (sorted)."""
+def read_band(paths: list[str], band: int) -> tuple[np.ndarray, np.ndarray]:
     import pyarrow.parquet as pq
 
     keys, bands = [], []
@@ -62,29 +61,22 @@ def read_band(paths: list[str], band: int, exclude: np.ndarray | None = None) ->
         bands.append(t.column(f"band_{band}").to_numpy())
     if not keys:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    bk, dk = np.concatenate(bands).astype(np.uint64), np.concatenate(keys).astype(np.uint64)
-    if exclude is not None and len(exclude):
-        keep = ~np.isin(dk, exclude)
-        bk, dk = bk[keep], dk[keep]
-    return bk, dk
+    return np.concatenate(bands).astype(np.uint64), np.concatenate(keys).astype(np.uint64)
 
 
-def edges_for_band(paths: list[str], band: int, exclude: np.ndarray | None = None) -> np.ndarray:
-    bk, dk = read_band(paths, band, exclude)
+def edges_for_band(paths: list[str], band: int) -> np.ndarray:
+    bk, dk = read_band(paths, band)
     return band_edges(bk, dk)
 
 
-def find_duplicates(paths: list[str], bands: int, workers: int, cpus: float = 0.5,
-                    exclude: list[int] | None = None) -> dict[int, int]:
-    """Near-duplicate map over the unit files (documents in `exclude` left out); one Ray task per band when workers > 0."""
-    ex = np.asarray(sorted(exclude or []), dtype=np.uint64)
+def find_duplicates(paths: list[str], bands: int, workers: int, cpus: float = 0.5) -> dict[int, int]:
+    """Near-duplicate map over the unit files; one Ray task per band when workers > 0."""
     if workers <= 0:
-        parts = [edges_for_band(paths, b, ex) for b in range(bands)]
+        parts = [edges_for_band(paths, b) for b in range(bands)]
     else:
         import ray
 
         task = ray.remote(num_cpus=cpus)(edges_for_band)
-        ex_ref = ray.put(ex)
-        parts = ray.get([task.remote(paths, b, ex_ref) for b in range(bands)])
+        parts = ray.get([task.remote(paths, b) for b in range(bands)])
     edges = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
     return duplicates_from_edges(edges)

@@ -4,10 +4,14 @@ Published thresholds (the config defaults), over the non-blank lines of a docume
 when fewer than 12% of lines end in terminal punctuation, when more than 67% of lines are 30
 characters or shorter, when characters in duplicated lines exceed 1% of all characters, or when
 there are more than 0.3 newlines per word (list-like pages).
+Languages: FineWeb-2's settings outside English (duplicated-line characters up to 10%, no
+short-line rule; Chinese, Japanese and Thai line-punctuation thresholds) come from the language
+profiles; the newline-per-word rule is skipped and counted where no word segmenter exists.
 """
 
 from __future__ import annotations
 
+from services.data_filter import languages
 from services.data_filter.filters.base import TERMINAL_PUNCT, Doc, Filter
 from services.data_filter.filters.repetition import duplicates
 from shared.config.filters import FineWebConfig
@@ -34,6 +38,9 @@ class FineWebFilter(Filter):
         total = len(doc.text.replace("\n", ""))
         if total and dup_chars / total > c.max_dup_line_char_ratio:
             return "dup_line_char_ratio"
+        if not languages.measures_words(doc.language):
+            doc.skip(f"newline_ratio_no_segmenter:{doc.language}")
+            return None
         words = len(doc.words())
         if words and doc.text.count("\n") / words > c.max_newline_ratio:
             return "newline_ratio"

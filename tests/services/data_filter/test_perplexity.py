@@ -116,4 +116,4 @@ def test_pipeline_removes_planted_shuffled_documents_and_counts_small_groups(tmp
     science = {s["name"]: s for s in stats["chains"]["science"]}["perplexity"]
     assert science["skipped"] == {"unscored_group_too_small_or_no_word_units": science["in"]}
     assert stats["fitted"]["groups"]["manual/en"]["docs"] == web["in"]
-    assert stats["sources"]["manual"]["funnel"][3] == {"stage": "perplexity", "docs": web["kept"]}
+    assert stats["sources"]["manual"]["funnel"][4] == {"stage": "perplexity", "docs": web["kept"]}

@@ -8,8 +8,10 @@ what describes the *language* rather than their crawl: the stop-word list (the m
 words of the language's reference text) and the mean-word-length bounds (German compounds,
 Chinese/Japanese short words) for every profile; the repetition thresholds only for languages
 written without spaces (zh, ja, th), where our word units are characters or character-class runs
-and Gopher's English n-gram fractions do not carry over. lid.176 labels map to FineWeb-2's codes
-below. English has no FineWeb-2 config: Gopher's own eight stop words are the config default.
+and Gopher's English n-gram fractions do not carry over, together with their line-punctuation
+threshold (Thai ends sentences with a space, not a mark: 0.0); and, for every language, the two FineWeb
+line-rule settings FineWeb-2's pipeline uses outside English (duplicated-line characters up to 10%
+instead of 1%, no short-line rule). lid.176 labels map to FineWeb-2's codes below. English has no FineWeb-2 config: Gopher's own eight stop words are the config default.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ def profile(lang: str, cfg: dict, source: str) -> dict:
                            "min_mean_word_length": float(cfg["min_avg_word_length"]),
                            "max_mean_word_length": float(cfg["max_avg_word_length"])},
     }
+    # FineWeb-2's pipeline (fineweb-2-pipeline.py) sets these two for every language it filters
+    out["fineweb"] = {"max_dup_line_char_ratio": 0.1, "max_short_line_ratio": 1.0}
     if lang in NO_SPACES:
+        out["fineweb"]["min_line_punct_ratio"] = float(cfg["line_punct_thr"])
         out["repetition"] = {"max_dup_line_frac": float(cfg["dup_line_frac"]),
                              "top_ngram_max_frac": {str(n): float(f) for n, f in cfg["top_n_grams"]},
                              "dup_ngram_max_frac": {str(n): float(f) for n, f in cfg["dup_n_grams"]}}
