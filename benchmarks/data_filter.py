@@ -27,7 +27,8 @@ bad word, fitted fences vs one cut-off), so only throughput is compared end to e
 
 Last line: JSON with `ratio` (our docs/s per core over datatrove's, single process),
 `ratio_2workers`, `agreement` (fraction of documents with the same keep decision), `e2e_ratio`
-and the raw numbers. Run: `.venv/bin/python benchmarks/data_filter.py [--quick] [--no-e2e]`.
+and the raw numbers, also written to benchmarks/results/data_filter.json (`--quick`: data_filter_quick.json).
+Run: `.venv/bin/python benchmarks/data_filter.py [--quick] [--no-e2e]`.
 """
 
 from __future__ import annotations
@@ -339,14 +340,18 @@ def main() -> None:
     if end_to_end:
         print(f"end to end: ours {end_to_end['e2e_ours_docs_per_s']} docs/s, datatrove "
               f"{end_to_end['e2e_datatrove_docs_per_s']} docs/s: {end_to_end['e2e_ratio']}x")
-    print(json.dumps({
+    result = {
         **end_to_end,
         "ratio": round(ratio, 3), "ratio_2workers": round(ratio2, 3), "agreement": round(agree, 5),
         "ours_docs_per_s": round(results[("ours", 1)][0], 1), "datatrove_docs_per_s": round(results[("datatrove", 1)][0], 1),
         "ours_docs_per_s_2workers": round(results[("ours", 2)][0], 1),
         "datatrove_docs_per_s_2workers": round(results[("datatrove", 2)][0], 1),
         "docs": len(docs), "kept_ours": len(ours_kept), "kept_datatrove": len(dt_kept), "quick": args.quick,
-    }))
+    }
+    out = _HERE / "results" / ("data_filter_quick.json" if args.quick else "data_filter.json")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

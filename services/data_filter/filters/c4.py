@@ -63,7 +63,7 @@ class C4Filter(Filter):
         for raw in doc.text.splitlines():
             line = raw.strip()
             words = line.split()
-            if any(len(w) > c.max_word_length for w in words):
+            if words and max(map(len, words)) > c.max_word_length:
                 continue
             if "[" in line:
                 line = _CITATION.sub("", line)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-import string
+from collections import Counter
 from pathlib import Path
 
 from services.data_filter.filters.base import Doc, Filter
@@ -29,7 +29,7 @@ from shared.config.filters import ToxicityConfig
 RESOURCES = Path(__file__).resolve().parents[1] / "resources" / "ldnoobw"
 EXCLUSIONS = Path(__file__).resolve().parents[1] / "resources" / "toxicity_exclusions"
 _NO_SPACES = {"ja", "zh", "th", "ko"}
-_STRIP = string.punctuation + "“”‘’«»„…—–"
+_TOKEN = re.compile(r"\w+")
 
 
 def _entries(path: Path) -> set[str]:
@@ -70,8 +70,8 @@ def _compile(lang: str, entries: set[str]) -> tuple[frozenset[str], re.Pattern |
     if lang in _NO_SPACES:
         singles, phrases = set(), {e for e in entries if not e.isascii()}
         words = entries - phrases
-    else:
-        singles = {e for e in entries if " " not in e}
+    else:  # entries that are one \w+ token match as tokens; the rest (phrases, g-spot, s&m) as patterns
+        singles = {e for e in entries if _TOKEN.fullmatch(e)}
         phrases, words = set(), entries - singles
     alts = []
     if phrases:
@@ -104,14 +104,13 @@ class ToxicityFilter(Filter):
         if entry is None:
             return 0
         singles, pattern = entry
+        low = doc.text.lower()
         n = 0
-        if singles:
-            for w in doc.words():
-                low = w.lower()
-                if low in singles or low.strip(_STRIP) in singles:
-                    n += 1
+        if singles:  # word tokens counted in C (Counter), then looked up once per distinct token
+            counts = Counter(_TOKEN.findall(low))
+            n += sum(c for w, c in counts.items() if w in singles)
         if pattern is not None:
-            n += len(pattern.findall(doc.text.lower()))
+            n += len(pattern.findall(low))
         return n
 
     def check(self, doc: Doc) -> str | None:
