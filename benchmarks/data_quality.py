@@ -10,8 +10,9 @@ the whole data filter stage (`services.data_filter.pipeline.run`) with the defau
   filter (toxicity in particular). A clean document removed by dedup whose kept representative
   shares >= 0.5 of its word 5-grams is a real duplicate in the package text, counted apart;
 - near-duplicate detection per Jaccard level against 1 - (1 - s^8)^14 (our LSH: 14 bands x 8 rows,
-  `data.filter.dedup`), on a separate set of ~2,000 pairs per level with the dedup's own signer,
-  predicted at each pair's exact Jaccard; and in the corpus, pairs whose members were both removed;
+  `data.filter.dedup`), on a separate set of 2,000 pairs per level with the dedup's own signer,
+  predicted at each pair's exact Jaccard; and in the corpus, pairs whose members dedup both removed
+  with no member of their cluster kept (a base that is itself a real duplicate has a third member);
 - pair-aware F1: every planted bad document and every near-duplicate pair at s >= 0.8 is a
   positive (a pair is found when exactly one member goes; both going is a hit plus a false
   alarm); clean documents and pairs at s = 0.5 are negatives; pairs at 0.6 and 0.7 sit on the
@@ -140,7 +141,8 @@ def metrics(res: dict, truth: dict[str, dict]) -> dict:
             row = pairs[str(t["level"])]
             row[0] += 1
             row[1] += fate[i] == "dedup:near_duplicate" or fate[t["of"]] == "dedup:near_duplicate"
-            row[2] += fate[i] == fate[t["of"]] == "dedup:near_duplicate"
+            both = fate[i] == fate[t["of"]] == "dedup:near_duplicate"
+            row[2] += both and fate.get(rep_of[i]) != "kept"  # a whole cluster lost, not a third member kept
             if t["level"] >= 0.8:
                 tp, fn, fp = tp + (members >= 1), fn + (members == 0), fp + (members == 2)
             elif t["level"] <= 0.5:
@@ -160,7 +162,7 @@ def metrics(res: dict, truth: dict[str, dict]) -> dict:
         "clean_lost": {g: {k: n for k, n in c.items() if k not in ("docs", "kept")} for g, c in sorted(clean.items())
                        if c["docs"] != c["kept"]},
         "clean_lost_to_toxicity": round(toxic_loss / max(n_clean, 1), 4),
-        "pairs_by_level": {k: {"pairs": v[0], "dedup_found": round(v[1] / v[0], 4), "both_removed_by_dedup": v[2]}
+        "pairs_by_level": {k: {"pairs": v[0], "dedup_found": round(v[1] / v[0], 4), "clusters_lost": v[2]}
                            for k, v in sorted(pairs.items())},
         "f1": round(2 * precision * recall / max(precision + recall, 1e-9), 4),
         "precision": round(precision, 4), "recall": round(recall, 4),
@@ -226,7 +228,7 @@ def main() -> None:
         "clean_kept": m["clean_kept"], "clean_lost": m["clean_lost"], "clean_real_duplicates": m["clean_real_duplicates"],
         "near_dup_curve": curve_rows, "near_dup_max_abs_diff": max(abs(r["diff"]) for r in curve_rows),
         "corpus_pairs": m["pairs_by_level"],
-        "both_members_removed_by_dedup": sum(v["both_removed_by_dedup"] for v in m["pairs_by_level"].values()),
+        "clusters_lost_by_dedup": sum(v["clusters_lost"] for v in m["pairs_by_level"].values()),
         "classifier_vs_list": clf, "precision": m["precision"], "recall": m["recall"],
         "docs": res["docs"], "seconds": round(res["seconds"], 2), "fitted_groups": len(stats["fitted"]["groups"]),
         "quick": args.quick, "seed": args.seed,

@@ -35,6 +35,7 @@ def test_cli_filter_then_inspect(tmp_path):
     res = runner.invoke(app, ["data", "filter", str(recipe), "data.filter.workers=0"])
     assert res.exit_code == 0, res.output
     assert "funnel: read 14 -> valid 13" in res.output
+    assert "source manual: read 14 -> valid 13 -> filters" in res.output
     res = runner.invoke(app, ["data", "inspect", str(tmp_path / "out"), "--reason", "language_not_kept"])
     assert res.exit_code == 0, res.output
     assert "language:language_not_kept  id=de" in res.output
