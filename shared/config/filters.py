@@ -155,7 +155,7 @@ class C4Config(FilterSettings):
         description="Languages C4's rules apply to (C4 is English; FineWeb-2 applies no C4 rule to other languages); [] = all.",
     )
     drop_no_terminal_punct: bool = Field(
-        False, description="Drop lines not ending in . ! ? \" (C4 paper: on; FineWeb turns this harshest rule off, as here)."
+        True, description="Drop lines not ending in . ! ? \" (C4 paper: on, it strips navigation/boilerplate lines; FineWeb: off)."
     )
     min_words_per_line: int = Field(3, ge=0, description="Drop lines with fewer words (C4 paper: 3).")
     max_word_length: int = Field(1000, ge=1, description="Drop lines with a longer word.")

@@ -278,8 +278,8 @@ def test_c4_min_sentences_edge():
     assert f.check(doc("\n".join(sentence(i) for i in range(4)))) == "too_few_sentences"
 
 
-def test_c4_paper_reading_removes_short_unterminated_javascript_and_policy_lines():
-    f = c4(drop_no_terminal_punct=True)
+def test_c4_removes_short_unterminated_javascript_and_policy_lines():
+    f = c4()
     good = [sentence(i) for i in range(5)]
     d = doc("\n".join([*good, "Menu Home About", "Please enable JavaScript to view the comments here.",
                        "This site uses cookies to improve your experience today.", " ".join(words(2)) + ".",
@@ -298,18 +298,19 @@ def test_c4_min_words_per_line_edge():
 
 def test_c4_document_rules_apply_to_candidate_lines():
     body = "\n".join(sentence(i) for i in range(5))
-    paper = c4(drop_no_terminal_punct=True)
+    paper = c4()
     assert paper.check(doc(body + "\nThe set {1, 2} has two elements.")) == "curly_bracket"
     assert paper.check(doc("Lorem ipsum dolor sit amet.\n" + body)) == "lorem_ipsum"
     assert paper.check(doc(body + "\nint main() { return 0; }")) is None  # not a candidate line: dropped alone
 
 
-def test_c4_default_is_finewebs_reading_keeping_unterminated_lines():
+def test_c4_finewebs_reading_keeps_unterminated_lines():
     body = [sentence(i) for i in range(4)]
+    fineweb_c4 = c4(drop_no_terminal_punct=False)
     d = doc("\n".join(["Menu Home About", *body, "Please enable JavaScript to view the comments here."]))
-    assert c4().check(d) is None  # the heading counts as a sentence, as datatrove's splitter counts it
+    assert fineweb_c4.check(d) is None  # the heading counts as a sentence, as datatrove's splitter counts it
     assert d.text == "\n".join(["Menu Home About", *body])
-    assert c4().check(doc("\n".join([*body, sentence(5), "int main() { return 0; }"]))) == "curly_bracket"
+    assert fineweb_c4.check(doc("\n".join([*body, sentence(5), "int main() { return 0; }"]))) == "curly_bracket"
 
 
 def test_c4_skips_and_counts_languages_it_does_not_cover():
