@@ -57,6 +57,10 @@ def relocate(exc: ValidationError, prefix: tuple) -> list[InitErrorDetails]:
 class ChainConfig(RootModel[dict[str, SerializeAsAny[FilterSettings]]]):
     """Filter name -> its settings, every registered filter present, in registry order."""
 
+    root: dict[str, SerializeAsAny[FilterSettings]] = Field(
+        default_factory=dict, description="Filter name -> its settings (every registered filter, in chain order)."
+    )
+
     @model_validator(mode="wrap")
     @classmethod
     def _by_registry(cls, data: Any, handler):
