@@ -89,10 +89,63 @@ def libraries() -> dict[str, str | None]:
         if torch.backends.mkldnn.is_available():
             torch.ops.mkldnn._linear_pointwise(a, a, None, "none", [], "")
 
-    found = _parse_libraries(capture_verbose(probe))
+    found = _parse_libraries(capture_verbose(probe))  # (run once per process: the headers print once)
     if found["mkl"] is None or (found["onednn"] is None and torch.backends.mkldnn.is_available()):
         env = {**os.environ, "MKL_VERBOSE": "1", "ONEDNN_VERBOSE": "1"}
         out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=120)
         fresh = _parse_libraries(out.stdout)
         found = {k: found[k] or fresh[k] for k in found}
     return {**found, "aten": torch.backends.cpu.get_cpu_capability()}
+
+
+def isa_caps() -> dict[str, str]:
+    """The ISA-capping variables set for this process (as the CPU GEMM autotune keys them)."""
+    from shared.kernels.gemm_autotune import ISA_ENV_VARS
+
+    return {v: os.environ[v] for v in ISA_ENV_VARS if v in os.environ}
+
+
+def isa_tag() -> str:
+    """`native`, or the capped ISA (e.g. `avx2`) when `ONEDNN_MAX_CPU_ISA`/`MKL_ENABLE_INSTRUCTIONS`
+    emulate a smaller machine: the suffix benchmark results are filed under."""
+    caps = isa_caps()
+    capped = caps.get("MKL_ENABLE_INSTRUCTIONS") or caps.get("ONEDNN_MAX_CPU_ISA") or caps.get("DNNL_MAX_CPU_ISA")
+    return capped.lower().replace("_", "-") if capped else "native"
+
+
+def machine_report() -> dict:
+    """The CPU line of every benchmark: model, ISA flags, ISA caps and the BLAS code paths running."""
+    from shared.kernels.gemm_autotune import machine_fingerprint
+
+    fingerprint = machine_fingerprint()
+    return {"cpu": fingerprint["cpu"], "isa_flags": fingerprint["isa_flags"], "isa_caps": isa_caps(),
+            "blas": libraries(), "threads": torch.get_num_threads()}
+
+
+def describe_calls(calls: dict) -> str:
+    """`blas_calls` as one line: `MKL 396 (SGEMM 396); oneDNN 12 (inner_product brg_matmul:avx2 12)`."""
+    parts = []
+    for lib, key in (("MKL", "mkl"), ("oneDNN", "onednn")):
+        detail = ", ".join(f"{name} {n}" for name, n in sorted(calls[key].items()))
+        parts.append(f"{lib} {calls[key + '_calls']}" + (f" ({detail})" if detail else ""))
+    return "; ".join(parts)
+
+
+def print_machine_line() -> dict:
+    """Print `machine_report()` as a benchmark's first two lines; returns it for the result JSON."""
+    machine = machine_report()
+    blas = machine["blas"]
+    caps = " ".join(f"{k}={v}" for k, v in machine["isa_caps"].items()) or "none"
+    print(f"CPU: {machine['cpu']}; ISA flags: {' '.join(machine['isa_flags'])}; ISA caps: {caps}; "
+          f"{machine['threads']} threads", flush=True)
+    print(f"BLAS: MKL {blas['mkl']}; oneDNN {blas['onednn']}; ATen {blas['aten']}", flush=True)
+    return machine
+
+
+def print_blas_calls(contenders: dict[str, Callable[[], object]]) -> dict[str, dict]:
+    """One untimed run of each contender with the verbose logs on; prints and returns its `blas_calls`."""
+    calls = {}
+    for name, run in contenders.items():
+        calls[name] = blas_calls(run)
+        print(f"{name}: {describe_calls(calls[name])}", flush=True)
+    return calls

@@ -85,7 +85,7 @@ _TUNER = gemm_autotune.TUNER
 _F32 = torch.float32
 
 
-def _library(a: Tensor, b: Tensor, vary: str) -> str:
+def library_of(a: Tensor, b: Tensor, vary: str = "") -> str:
     """`library_for` the product a·bᵀ of these tensors (`mkl` unless both are fp32 on CPU). It sits
     in front of every GEMM, so it is kept to a few attribute reads (≈ 1 µs)."""
     if a.dtype is not _F32 or b.dtype is not _F32 or not a.is_cpu:
@@ -98,7 +98,7 @@ def _library(a: Tensor, b: Tensor, vary: str) -> str:
 
 def mm_nt(a: Tensor, b: Tensor, vary: str = "", out: Tensor | None = None) -> Tensor:
     """a @ b.T for 2-D a (m, k) and b (n, k), any strides; into `out` (m, n) if given."""
-    if _library(a, b, vary) == "onednn":
+    if library_of(a, b, vary) == "onednn":
         y = torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
         return y if out is None else out.copy_(y)
     return torch.mm(a, b.t()) if out is None else torch.mm(a, b.t(), out=out)
@@ -106,7 +106,7 @@ def mm_nt(a: Tensor, b: Tensor, vary: str = "", out: Tensor | None = None) -> Te
 
 def addmm_nt_(c: Tensor, a: Tensor, b: Tensor, vary: str = "") -> Tensor:
     """c += a @ b.T in place: on MKL one GEMM accumulating into c (no separate addition pass)."""
-    if _library(a, b, vary) == "onednn":
+    if library_of(a, b, vary) == "onednn":
         return c.add_(torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
     return c.addmm_(a, b.t())
 

@@ -20,9 +20,10 @@ groups to force.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -32,6 +33,7 @@ SETTING_ENV = "MOELAB_EXPERT_THREADS"
 # benchmarks/expert_fusion.py (see docs/moe.md); above it one expert's GEMMs use both cores well.
 CONCURRENT_MAX_EXPERT_MACS = 1 << 26
 
+_override: str | None = None  # `use_expert_threads`, ahead of the environment
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
@@ -39,7 +41,7 @@ _pool_lock = threading.Lock()
 
 def expert_groups(expert_macs: float, active_experts: int) -> int:
     """How many concurrent groups to run the experts in (1: serially, on torch's threads)."""
-    setting = os.environ.get(SETTING_ENV, "auto")
+    setting = _override or os.environ.get(SETTING_ENV, "auto")
     threads = torch.get_num_threads()
     if setting == "off":
         return 1
@@ -52,6 +54,17 @@ def expert_groups(expert_macs: float, active_experts: int) -> int:
     if threads < 2 or expert_macs >= CONCURRENT_MAX_EXPERT_MACS:
         return 1
     return max(1, min(threads, active_experts // 2))
+
+
+@contextlib.contextmanager
+def use_expert_threads(setting: str) -> Iterator[None]:
+    """Run the enclosed code with `setting` (`auto`, `off` or a group count) instead of the environment's."""
+    global _override
+    previous, _override = _override, setting
+    try:
+        yield
+    finally:
+        _override = previous
 
 
 def split_by_rows(counts: Sequence[int], groups: int) -> list[range]:
