@@ -39,44 +39,38 @@ from shared.kernels.cpu_gemm import addmm_nt_, mm_nt
 from shared.kernels.expert_threads import expert_groups, run_concurrently, split_by_rows
 
 
-def _forward_experts(experts: range, counts: list[int], starts: list[int], x_TD: Tensor, tok_A: Tensor, s_A: Tensor,
-                     w1_EFD: Tensor, w3_EFD: Tensor, w2_EDF: Tensor, out_TD: Tensor, h1s: list, h3s: list) -> None:
-    """Forward of `experts`, accumulated into out_TD; their h1 and h3 stored for the backward."""
+def _forward_experts(experts: range, ctx, x_TD: Tensor, w1_EFD: Tensor, w3_EFD: Tensor, w2_EDF: Tensor,
+                     out_TD: Tensor) -> None:
+    """Forward of `experts`, accumulated into out_TD; their h1 and h3 kept in ctx for the backward."""
     for e in experts:
-        c = counts[e]
-        if not c:
+        if not ctx.counts[e]:
             continue
-        rows = slice(starts[e], starts[e] + c)
-        tok = tok_A[rows]
+        tok, s = ctx.tok[e], ctx.s[e]
         x_cD = x_TD.index_select(0, tok)
         h1, h3 = mm_nt(x_cD, w1_EFD[e], "m"), mm_nt(x_cD, w3_EFD[e], "m")
-        h = F.silu(h1).mul_(h3).mul_(s_A[rows, None].to(h1.dtype))
+        h = F.silu(h1).mul_(h3).mul_(s)
         out_TD.index_add_(0, tok, mm_nt(h, w2_EDF[e], "m"))
-        h1s[e], h3s[e] = h1, h3
+        ctx.h1s[e], ctx.h3s[e] = h1, h3
 
 
 def _backward_experts(experts: range, ctx, dout_TD: Tensor, dx_TD: Tensor | None, ds_A: Tensor | None,
                       dw1: Tensor, dw3: Tensor, dw2: Tensor) -> None:
     """Backward of `experts`: their slices of the weight and routing-weight gradients, and their
     input gradient accumulated into dx_TD."""
-    x_TD, tok_A, s_A, w1_EFD, w3_EFD, w2_EDF = ctx.saved_tensors
+    x_TD, _, _, w1_EFD, w3_EFD, w2_EDF = ctx.saved_tensors
     for e in experts:
-        c = ctx.counts[e]
-        if not c:
+        if not ctx.counts[e]:
             for dw in (dw1, dw3, dw2):
                 dw[e].zero_()
             continue
-        rows = slice(ctx.starts[e], ctx.starts[e] + c)
-        tok = tok_A[rows]
-        h1, h3 = ctx.h1s[e], ctx.h3s[e]
-        s = s_A[rows, None].to(h1.dtype)  # fp32 routing weights with bf16 activations: compute in theirs
+        tok, s, h1, h3 = ctx.tok[e], ctx.s[e], ctx.h1s[e], ctx.h3s[e]
         dy_cD = dout_TD.index_select(0, tok)
         a = F.silu(h1)
         g = a * h3  # SwiGLU before the routing weight
         mm_nt(dy_cD.t(), (g * s).t(), "k", out=dw2[e])
         dh = mm_nt(dy_cD, w2_EDF[e].t(), "m")
         if ds_A is not None:
-            ds_A[rows] = (dh * g).sum(1)
+            ds_A[ctx.starts[e]:ctx.starts[e] + ctx.counts[e]] = torch.linalg.vecdot(dh, g)
         dg = dh.mul_(s)
         dh3 = dg * a
         dh1 = torch.ops.aten.silu_backward(dg.mul_(h3), h1)
@@ -108,13 +102,16 @@ class _FusedRoutedExperts(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_TD, tok_A, s_A, counts_E, w1_EFD, w3_EFD, w2_EDF):
         counts = counts_E.tolist()
-        starts = list(itertools.accumulate(counts, initial=0))[:-1]
+        ctx.counts, ctx.starts = counts, list(itertools.accumulate(counts, initial=0))[:-1]
+        # Per-expert views, cut once: tokens, routing weights (in the activations' dtype: fp32
+        # weights with bf16 activations compute in theirs), and the h1/h3 kept for the backward.
+        ctx.tok = tok_A.split(counts)
+        ctx.s = s_A.to(x_TD.dtype).unsqueeze(1).split(counts)
+        ctx.h1s, ctx.h3s = [None] * len(counts), [None] * len(counts)
+        ctx.groups = _groups(counts, w1_EFD)
         out_TD = x_TD.new_zeros(x_TD.shape)
-        h1s, h3s = [None] * len(counts), [None] * len(counts)  # per expert, kept for the backward
-        groups = _groups(counts, w1_EFD)
-        _run_groups(groups, lambda experts, out: _forward_experts(
-            experts, counts, starts, x_TD, tok_A, s_A, w1_EFD, w3_EFD, w2_EDF, out, h1s, h3s), out_TD)
-        ctx.counts, ctx.starts, ctx.groups, ctx.h1s, ctx.h3s = counts, starts, groups, h1s, h3s
+        _run_groups(ctx.groups, lambda experts, out: _forward_experts(experts, ctx, x_TD, w1_EFD, w3_EFD, w2_EDF, out),
+                    out_TD)
         ctx.save_for_backward(x_TD, tok_A, s_A, w1_EFD, w3_EFD, w2_EDF)
         return out_TD
 
@@ -129,7 +126,7 @@ class _FusedRoutedExperts(torch.autograd.Function):
         dw1, dw3, dw2 = (torch.empty_like(w) for w in (w1_EFD, w3_EFD, w2_EDF))
         _run_groups(ctx.groups, lambda experts, dx: _backward_experts(experts, ctx, dout_TD, dx, ds_A, dw1, dw3, dw2),
                     dx_TD)
-        ctx.h1s = ctx.h3s = None
+        ctx.h1s = ctx.h3s = ctx.tok = ctx.s = None
         return (dx_TD, None, ds_A, None, dw1 if need_w1 else None, dw3 if need_w3 else None,
                 dw2 if need_w2 else None)
 
