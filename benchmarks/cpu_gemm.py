@@ -76,7 +76,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--calls", type=int, default=20)
     args = p.parse_args()
-    torch.set_num_threads(args.threads) if args.threads else None
+    # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
+    # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
+    # operand GEMMs up to 20× (0.37 → 6.6–7.9 ms at 128×2048×256); every contender runs under it.
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     if not onednn_available():
         raise SystemExit("this torch build has no oneDNN matmul: nothing to compare torch.mm with")
     machine = print_machine_line()

@@ -85,7 +85,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = p.parse_args()
-    torch.set_num_threads(args.threads) if args.threads else None
+    # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
+    # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
+    # operand GEMMs up to 20× (0.37 → 6.6–7.9 ms at 128×2048×256); every contender runs under it.
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     grid, repeats = (QUICK, 2) if args.quick else (GRID, args.repeats)
     machine = print_machine_line()
     print(f"auto fuses above {FUSE_MIN_EXPERT_MACS:,} multiply-adds per expert GEMM and runs experts "

@@ -187,7 +187,10 @@ def _check_close(name: str, layer, x: torch.Tensor, ref: torch.Tensor, tol: floa
 
 
 def cpu_bench(args) -> dict:
-    torch.set_num_threads(args.threads) if args.threads else None
+    # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
+    # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
+    # operand GEMMs up to 20× (0.37 → 6.6–7.9 ms at 128×2048×256); every contender runs under it.
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     machine = print_machine_line()
     shape = (args.d_model, args.experts, args.hidden, args.top_k, args.shared)
     ours = build_ours(*shape, "auto")

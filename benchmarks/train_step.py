@@ -328,8 +328,10 @@ def main() -> None:
         args.vocab, args.d_model, args.layers, args.heads, args.experts, args.hidden = 512, 64, 2, 2, 4, 32
         args.q_lora, args.kv_lora, args.qk_nope, args.qk_rope, args.v_dim = 32, 16, 16, 8, 16
         args.seq, args.batch, args.warmup, args.rounds = 32, 2, 1, 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
+    # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
+    # operand GEMMs up to 20× (0.37 → 6.6–7.9 ms at 128×2048×256); every contender runs under it.
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     s = Shape(vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, experts=args.experts,
               hidden=args.hidden, top_k=args.top_k, shared=args.shared, first_dense=args.first_dense,
               q_lora=args.q_lora, kv_lora=args.kv_lora, qk_nope=args.qk_nope, qk_rope=args.qk_rope,
