@@ -107,7 +107,7 @@ def test_an_isa_capped_run_keeps_its_own_choices(tuner, monkeypatch):
 
 @needs_onednn
 def test_onednn_is_chosen_only_when_clearly_faster_twice(tuner, monkeypatch):
-    near = {"mkl": 1.0, "onednn": 0.97}
+    near = {"mkl": 1.0, "onednn": 0.93}
     clear = {"mkl": 1.0, "onednn": 0.8}
     calls = _fake_times(monkeypatch, near)
     assert tuner.library(4096, 512, 512, "rr") == "mkl" and len(calls) == 1  # within the margin: no second look
@@ -117,7 +117,7 @@ def test_onednn_is_chosen_only_when_clearly_faster_twice(tuner, monkeypatch):
     assert tuner.library(4096, 512, 512, "cc") == "mkl"
     entry = json.loads(cache_path().read_text())["machines"][machine_key()]["classes"]["m4096.k512.n512.cc.t" +
                                                                                      str(torch.get_num_threads())]
-    assert entry["onednn_us"] == pytest.approx(0.99e6)  # the slower of oneDNN's two measurements is kept
+    assert entry["onednn_us"] == pytest.approx(0.99e6)  # the confirming measurement is the one recorded
 
 
 def test_an_unreadable_cache_is_reported_and_rewritten(tuner):
@@ -148,8 +148,19 @@ def _tune_model_gemms(tuner) -> None:
         tuner.library(m, k, n, layout, vary)
 
 
+@pytest.fixture
+def pinned_threads(request):
+    """`threads` torch threads, set explicitly (which also turns MKL's dynamic thread count off, as
+    the benchmarks do: under load it made MKL's own timings erratic); restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param or before)
+    yield
+    torch.set_num_threads(before)
+
+
 @needs_onednn
-def test_autotuned_choice_is_never_slower_than_plain_torch_by_more_than_5_percent(tuner):
+@pytest.mark.parametrize("pinned_threads", [1, 0], ids=["1-thread", "default-threads"], indirect=True)
+def test_autotuned_choice_is_never_slower_than_plain_torch_by_more_than_5_percent(tuner, pinned_threads):
     """On every class it measured, the dispatch as the model runs it (lookup + chosen library) is
     within 5% of torch's `mm`; `verify_choices` re-times a class that misses before failing it."""
     _tune_model_gemms(tuner)
@@ -160,7 +171,8 @@ def test_autotuned_choice_is_never_slower_than_plain_torch_by_more_than_5_percen
 
 
 @needs_onednn
-def test_linear_with_autotuned_gemms_is_not_slower_than_f_linear():
+@pytest.mark.parametrize("pinned_threads", [1, 0], ids=["1-thread", "default-threads"], indirect=True)
+def test_linear_with_autotuned_gemms_is_not_slower_than_f_linear(pinned_threads):
     """A whole linear (forward + both gradients) at a model shape, against `F.linear`."""
     x = torch.randn(2048, 256, requires_grad=True)
     w = torch.randn(384, 256, requires_grad=True)
@@ -176,9 +188,9 @@ def test_linear_with_autotuned_gemms_is_not_slower_than_f_linear():
 
     ours()
     best = 0.0
-    for attempt in range(2):  # one re-measure before failing, for a slow spell on a shared machine
+    for attempt in range(3):  # re-measures before failing, for slow spells on a shared machine
         t = gemm_autotune.time_gemms({"plain": lambda a, b: plain(), "ours": lambda a, b: ours()}, x, w,
-                                     rounds=9 * (attempt + 1))
+                                     rounds=9 * 2**attempt)
         best = max(best, t["plain"] / t["ours"])
         if best >= 0.95:
             break
@@ -186,7 +198,8 @@ def test_linear_with_autotuned_gemms_is_not_slower_than_f_linear():
 
 
 @needs_onednn
-def test_a_wrong_choice_is_caught_by_the_check(tuner):
+@pytest.mark.parametrize("pinned_threads", [1], ids=["1-thread"], indirect=True)
+def test_a_wrong_choice_is_caught_by_the_check(tuner, pinned_threads):
     """The check above can fail: pin oneDNN on the class where it measured slowest relative to MKL
     and `verify_choices` reports it slower than torch's `mm` by more than 5%."""
     _tune_model_gemms(tuner)
