@@ -276,12 +276,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--out", type=Path, default=None,
-                   help="result JSON (default: benchmarks/results/moe_layer.<native|avx2>.json; none with --quick)")
+                   help="result JSON (default: benchmarks/results/moe_layer.<native|avx2>[.t<threads>].json; none with --quick)")
     args = p.parse_args()
     if args.quick:
         args.tokens, args.d_model, args.experts, args.hidden, args.top_k, args.repeats = 256, 64, 8, 32, 2, 2
     result = gpu_bench(args) if args.gpu else cpu_bench(args)
-    suffix = "gpu" if args.gpu else isa_tag()
+    suffix = "gpu" if args.gpu else isa_tag() + (f".t{args.threads}" if args.threads else "")
     out = args.out or (None if args.quick else REPO / "benchmarks" / "results" / f"moe_layer.{suffix}.json")
     if out is not None:
         atomic_write_json(out, result)
