@@ -237,7 +237,8 @@ def cpu_gemm_report(retune: bool = False, quick: bool = False) -> list[dict]:
             tuner.library(m, k, n, layout, vary)
     section = gemm_autotune.read_cache().get(tuner.key, {}).get("classes", {})
     return [{"class": label, "library": e["library"], "mkl_us": round(e["mkl_us"], 1),
-             "onednn_us": round(e["onednn_us"], 1)} for label, e in sorted(section.items())]
+             "onednn_us": round(e["onednn_us"], 1), "provisional": e.get("provisional", False),
+             "load_average": e.get("load_average")} for label, e in sorted(section.items())]
 
 
 def cpu_facts() -> dict:

@@ -28,8 +28,9 @@ def format_table(report) -> str:
     if report.cpu_gemm_autotune:
         rows.append(("cpu GEMM autotune", f"key {cpu.get('autotune_key')} (MOELAB_HOME cache; --retune to measure again)"))
         for entry in report.cpu_gemm_autotune:
+            note = f"  (provisional: measured at load {entry['load_average']})" if entry.get("provisional") else ""
             rows.append((f"  {entry['class']}", f"{entry['library']:<6}  MKL {entry['mkl_us']:.1f} µs, "
-                         f"oneDNN {entry['onednn_us']:.1f} µs"))
+                         f"oneDNN {entry['onednn_us']:.1f} µs{note}"))
     if report.gloo_allreduce_gbps is not None:
         rows.append(("gloo all-reduce (2 proc)", f"{report.gloo_allreduce_gbps:.2f} GB/s bus bandwidth"))
     for gpu in report.gpus:

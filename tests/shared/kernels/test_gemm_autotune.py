@@ -32,9 +32,11 @@ def tuner(tmp_path, monkeypatch):
     gemm_autotune.TUNER.reset()
 
 
-def _fake_times(monkeypatch, *rounds: dict[str, float]) -> list[int]:
-    """Make `time_gemms` return the given per-library times, one dict per call; returns the call log."""
+def _fake_times(monkeypatch, *rounds: dict[str, float], busy: bool = False) -> list[int]:
+    """Make `time_gemms` return the given per-library times, one dict per call (and the machine
+    look quiet, or busy); returns the call log."""
     calls: list[int] = []
+    monkeypatch.setattr(gemm_autotune, "machine_is_busy", lambda: busy)
 
     def fake(gemms, a, b, vary="", rounds_=None, **_):
         calls.append(1)
@@ -79,7 +81,8 @@ def test_varying_classes_time_onednn_on_a_new_shape_every_call():
 
 
 @needs_onednn
-def test_first_use_measures_once_and_the_cache_serves_the_next_process(tuner):
+def test_first_use_measures_once_and_the_cache_serves_the_next_process(tuner, monkeypatch):
+    monkeypatch.setattr(gemm_autotune, "machine_is_busy", lambda: False)  # else the entry is provisional
     a, b = torch.randn(1024, 512), torch.randn(256, 512)
     cpu_gemm.mm_nt(a, b)
     cpu_gemm.mm_nt(a[:1000], b)  # same class (rows rounded up to 1024)
@@ -118,6 +121,27 @@ def test_onednn_is_chosen_only_when_clearly_faster_twice(tuner, monkeypatch):
     entry = json.loads(cache_path().read_text())["machines"][machine_key()]["classes"]["m4096.k512.n512.cc.t" +
                                                                                      str(torch.get_num_threads())]
     assert entry["onednn_us"] == pytest.approx(0.99e6)  # the confirming measurement is the one recorded
+
+
+@needs_onednn
+def test_a_busy_machine_gets_mkl_and_a_provisional_entry_measured_again_next_process(tuner, monkeypatch):
+    _fake_times(monkeypatch, {"mkl": 1.0, "onednn": 0.5}, busy=True)
+    assert tuner.library(4096, 512, 512, "rr") == "mkl"
+    (entry,) = json.loads(cache_path().read_text())["machines"][machine_key()]["classes"].values()
+    assert entry["provisional"] and entry["onednn_us"] == pytest.approx(0.5e6)
+    tuner.reset()
+    _fake_times(monkeypatch, {"mkl": 1.0, "onednn": 0.5})  # quiet now
+    assert tuner.library(4096, 512, 512, "rr") == "onednn" and tuner.measured == 1
+    (entry,) = json.loads(cache_path().read_text())["machines"][machine_key()]["classes"].values()
+    assert not entry["provisional"]
+
+
+def test_busy_means_more_runnable_work_than_cores(monkeypatch):
+    cores = len(__import__("os").sched_getaffinity(0))
+    monkeypatch.setattr(gemm_autotune.os, "getloadavg", lambda: (cores + 1.5, 0.0, 0.0))
+    assert gemm_autotune.machine_is_busy()
+    monkeypatch.setattr(gemm_autotune.os, "getloadavg", lambda: (cores + 0.5, 0.0, 0.0))
+    assert not gemm_autotune.machine_is_busy()
 
 
 def test_an_unreadable_cache_is_reported_and_rewritten(tuner):
