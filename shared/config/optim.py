@@ -17,6 +17,11 @@ class OptimConfig(Section):
     lr: float = Field(3e-3, gt=0.0, le=10.0, description="Peak learning rate (at muP base width).")
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Final LR as a fraction of the peak (cosine/WSD).")
     weight_decay: float = Field(0.1, ge=0.0, le=10.0, description="Decoupled weight decay for matrices.")
+    decay_scaling: Literal["independent", "coupled"] = Field(
+        "independent",
+        description="independent: each step shrinks weights by base_lr·schedule·weight_decay whatever the muP LR "
+        "multiplier (so decay keeps its strength across widths); coupled: torch's lr·multiplier·weight_decay.",
+    )
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
     beta2: float = Field(0.95, ge=0.0, lt=1.0, description="AdamW β2.")
     eps: float = Field(1e-8, gt=0.0, le=1e-2, description="AdamW ε.")

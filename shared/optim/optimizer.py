@@ -91,6 +91,8 @@ class MultiOptimizer:
 
     def _torch_group(self, g: GroupSpec) -> dict:
         wd = self.cfg.weight_decay if g.decay else 0.0
+        if self.cfg.decay_scaling == "independent" and g.lr_mult > 0:
+            wd /= g.lr_mult  # torch decays by lr·wd and lr carries the muP multiplier: divide it back out
         return {"params": g.params, "lr_mult": g.lr_mult, "weight_decay": wd, "label": g.label, "names": g.names}
 
     @property

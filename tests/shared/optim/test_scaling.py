@@ -57,3 +57,16 @@ def test_lr_scales_multiply_matching_parameters_on_top_of_mup():
     by = {n: pg for pg in build_optimizer(model, cfg.optim, 10).param_groups for n in pg["names"]}
     assert by["layers.1.ffn.router.weight_ED"]["lr_mult"] == pytest.approx(0.1)
     assert by["layers.1.ffn.experts.w1_EFD"]["lr_mult"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("scaling", ["independent", "coupled"])
+def test_weight_decay_strength_follows_decay_scaling(scaling):
+    """Independent decay shrinks every matrix by base_lr·wd per step whatever its muP multiplier;
+    coupled decay (torch's) multiplies the shrink by the multiplier too."""
+    cfg = load_config("configs/tiny.yaml", ["model.n_layers=2", "model.vocab_size=256", "model.d_model=256",
+                                            "model.n_heads=16", "model.n_kv_heads=8", f"optim.decay_scaling={scaling}"])
+    opt = build_optimizer(MoETransformer(cfg.model), cfg.optim, 10)
+    for pg in opt.param_groups:
+        if pg["weight_decay"] > 0:
+            want = cfg.optim.weight_decay if scaling == "independent" else cfg.optim.weight_decay * pg["lr_mult"]
+            assert pg["lr_mult"] * pg["weight_decay"] == pytest.approx(want)
