@@ -1,7 +1,7 @@
 """Router balance at small batch: which bias-update and aux-loss settings keep MaxVio low, at what loss.
 
 Each arm is a real `moelab train` run of a recipe (default configs/tiny.yaml: 8 experts, top-2,
-1,024 tokens per step, 200 steps) with a few overrides. Per arm we read the run's metrics.jsonl
+2,048 tokens per step in 16 micro-batches, 200 steps) with a few overrides. Per arm we read the run's metrics.jsonl
 (router statistics of the global batch, every step) and report, for the second half of the run:
 the mean MaxVio of the worst MoE layer (and of every layer), the largest MaxVio seen (an expert at
 (1 + MaxVio)× its balanced share; the acceptance bar is < 2×), the router-health warnings the run
@@ -10,11 +10,13 @@ raised, and the final held-out loss. The peer is the shipped DeepSeek-V3 setting
 0.72 with an aux loss against 0.04 loss-free at 1B scale and huge batches, the reference our small
 batches are measured against.
 
-    .venv/bin/python benchmarks/router_balance.py                 # every arm, 2 seeds (~15 min idle)
+    .venv/bin/python benchmarks/router_balance.py                 # the 8-arm ladder, 2 seeds (~30 min idle)
     .venv/bin/python benchmarks/router_balance.py --quick         # 2 arms, 30 steps (smoke)
     .venv/bin/python benchmarks/router_balance.py --arm NAME=OVERRIDES ...   # your own arms
 
-The last output line is one JSON object: per arm its figures and the arm the defaults pick.
+The last output line is one JSON object: per arm its figures and overrides, and the recipe's balance
+settings. An arm's overrides come after the benchmark's own, so an arm may set the steps, the batch
+shape or the seed.
 """
 
 from __future__ import annotations
@@ -34,17 +36,29 @@ sys.path.insert(0, str(ROOT))
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402  (imports `tokenize`: after the path fix)
 
 B = "model.moe.balance"
-# (name, overrides): the shipped DeepSeek setting first (the peer), then one change at a time.
-ARMS = [
-    ("deepseek_sign_1e-3", [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.001", f"{B}.seq_aux_alpha=0.0001"]),
-    ("sign_1e-2", [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.01", f"{B}.seq_aux_alpha=0.0001"]),
-    ("sign_3e-2", [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.03", f"{B}.seq_aux_alpha=0.0001"]),
-    ("error_1e-2", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.01", f"{B}.seq_aux_alpha=0.0001"]),
-    ("error_3e-2", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.03", f"{B}.seq_aux_alpha=0.0001"]),
-    ("error_1e-1", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.1", f"{B}.seq_aux_alpha=0.0001"]),
-    ("error_3e-2_alpha1e-2", [f"{B}.bias_update_rule=error", f"{B}.bias_update_rate=0.03", f"{B}.seq_aux_alpha=0.01"]),
-    ("no_balance", [f"{B}.bias_update_rate=0.0", f"{B}.seq_aux_alpha=0.0"]),
-]
+# The ladder of docs/moe.md, from the shipped DeepSeek-V3 setting (the peer) to the tiny recipe, one
+# change per arm; each arm undoes what the recipe has and the arm has not reached yet.
+SHIPPED = [f"{B}.bias_update_rule=sign", f"{B}.bias_update_rate=0.001", f"{B}.bias_update_every=step",
+           f"{B}.seq_aux_alpha=0.0001", "optim.lr=0.003", "optim.lr_scales={}",
+           "train.micro_batch_size=8", "train.grad_accum=1"]
+
+
+def _ladder() -> list[tuple[str, list[str]]]:
+    arms, ov = [("shipped_deepseek", list(SHIPPED))], dict(o.split("=", 1) for o in SHIPPED)
+    for name, change in [("lr_3e-2", {"optim.lr": "0.03"}),
+                         ("error_rule_3e-2", {f"{B}.bias_update_rule": "error", f"{B}.bias_update_rate": "0.03"}),
+                         ("router_lr_x0.1", {"optim.lr_scales": "{router: 0.1}"}),
+                         ("seq_alpha_1e-2", {f"{B}.seq_aux_alpha": "0.01"}),
+                         ("micro_batch_4x2", {f"{B}.bias_update_every": "micro_batch", "train.micro_batch_size": "2",
+                                              "train.grad_accum": "4"}),
+                         ("micro_batch_8x1", {"train.micro_batch_size": "1", "train.grad_accum": "8"}),
+                         ("recipe_16x1", {"train.grad_accum": "16"})]:
+        ov.update(change)
+        arms.append((name, [f"{k}={v}" for k, v in ov.items()]))
+    return arms
+
+
+ARMS = _ladder()
 
 
 def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str) -> dict:
@@ -56,9 +70,12 @@ def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int,
     from services.trainer.metrics import read_metrics
     from shared.config import load_config
 
-    cfg = load_config(ROOT / recipe, [*overrides, f"train.seed={seed}", f"train.steps={steps}",
-                                      f"train.out_dir={out}", f"train.run_name={name}-s{seed}", "train.device=cpu",
-                                      f"train.eval_every={steps}", "tracker.mode=disabled"])
+    # the arm's own overrides come last: an arm may change the step count or the batch shape
+    cfg = load_config(ROOT / recipe, [f"train.seed={seed}", f"train.steps={steps}", f"train.out_dir={out}",
+                                      f"train.run_name={name}-s{seed}", "train.device=cpu", "tracker.mode=disabled",
+                                      *overrides])
+    steps = cfg.train.steps
+    cfg.train.eval_every = steps
     t0 = time.perf_counter()
     result = run_local(cfg)
     series = read_metrics(run_dir(cfg) / "metrics.jsonl")
@@ -83,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     from shared.config import load_config
 
-    arms = [(a.split("=", 1)[0], a.split("=", 1)[1].split(",")) for a in args.arm] or ARMS
+    arms = [(a.split("=", 1)[0], [o for o in a.split("=", 1)[1].split(",") if o]) for a in args.arm] or ARMS
     steps = args.steps or load_config(ROOT / args.recipe).train.steps
     if args.quick:
         arms, steps, args.seeds = arms[:2], 30, 1
@@ -101,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
         rs = [r for r in runs if r["arm"] == name]
         row = {k: sum(r[k] for r in rs) / len(rs) for k in ("maxvio_last_half", "maxvio_peak_last_half", "eval_loss")}
         row["router_warnings"] = sum(r["router_warnings"] for r in rs)
+        row["overrides"] = dict(arms)[name]
         row["runs"] = rs
         table[name] = row
         print(f"{name:24s} {row['maxvio_last_half']:18.3f} {row['maxvio_peak_last_half']:6.2f} "

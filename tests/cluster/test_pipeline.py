@@ -36,7 +36,7 @@ def _config(tmp: Path, *overrides: str):
         f"train.out_dir={tmp}/runs", "tracker.mode=offline", f"tracker.spool_dir={tmp}/spool",
         "scorer.oracle.sample_size=120", "scorer.heads.max_epochs=3", "scorer.heads.max_tokens=64",
         "scorer.heads.judge_dim=64", "scorer.heads.judge_heads=4", "mixture.tokenizer.vocab_size=512",
-        "model.vocab_size=512", "train.steps=4", "train.seq_len=64", "train.micro_batch_size=2",
+        "model.vocab_size=512", "train.steps=4", "train.seq_len=64", "train.micro_batch_size=2", "train.grad_accum=1",
         "train.eval_every=4", "train.checkpoint_every=4", "model.max_seq_len=64", "mixture.use_ray=false",
         "data.filter.workers=0",
     ]

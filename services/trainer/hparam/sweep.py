@@ -70,8 +70,7 @@ def trial_config(cfg: ExperimentConfig, trial: Trial, results_dir: str | os.Path
     data["train"].update(run_name=f"trial-{key}", out_dir=str(Path(results_dir).resolve() / "runs"),
                          checkpoint_every=tcfg.train.steps, keep_last=1)
     # Proxies are ranked by loss alone, so router-health warnings are switched off (windows longer
-    # than the run). It also sidesteps the trainer's warning path, whose `run.event(..., kind=...)`
-    # passes `kind` twice and raises TypeError (services/trainer/loop.py, reported to its owner).
+    # than the run).
     data["train"]["router_health"].update(window=tcfg.train.steps + 1, dead_window=tcfg.train.steps + 1)
     return key, validate(data, source=f"trial {trial}")
 

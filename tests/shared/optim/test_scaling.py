@@ -33,7 +33,7 @@ def test_non_matrices_take_one_under_both_optimizers():
 def test_groups_use_each_optimizers_own_rule():
     cfg = load_config("configs/tiny.yaml", ["model.n_layers=2", "model.vocab_size=256", "model.d_model=256",
                                             "model.n_heads=16", "model.n_kv_heads=8", "model.moe.expert_hidden=256",
-                                            "model.mup.base_shapes={n_heads: 4, n_kv_heads: 2, moe.expert_hidden: 64}"])
+                                            "model.mup.base_shapes={n_heads: 4, n_kv_heads: 2, moe.expert_hidden: 64}", "optim.lr_scales={}"])
     model = MoETransformer(cfg.model)
     muon = {n: pg for pg in build_optimizer(model, cfg.optim, 10).param_groups for n in pg["names"]}
     assert muon["layers.1.ffn.experts.w1_EFD"]["lr_mult"] == pytest.approx(0.5)  # 1/√4

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from moelab.cli import app
 
 ROOT = Path(__file__).resolve().parents[4]
-SMALL = ["model.n_layers=2", "train.seq_len=64", "model.max_seq_len=64", "train.micro_batch_size=8",
+SMALL = ["model.n_layers=2", "train.seq_len=64", "model.max_seq_len=64", "train.micro_batch_size=8", "train.grad_accum=1",
          "train.eval_batches=4", "train.eval_every=100000", "tracker.mode=disabled", "train.device=cpu",
          "optim.warmup_steps=20", "train.steps=200"]
 LRS = "1e-2,3e-2,1e-1,3e-1,1"

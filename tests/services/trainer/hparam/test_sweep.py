@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.trainer.hparam.analysis import lr_drift, optimal_lrs, sweep_table
-from services.trainer.hparam.proxy import proxy_config
+from services.trainer.hparam.proxy import proxy_config, tokens_per_step
 from services.trainer.hparam.sweep import Trial, run_sweep, trial_config
 from services.trainer.loop import TrainingStopped
 from shared.config import load_config
@@ -52,7 +52,7 @@ def test_trial_key_depends_on_the_trial_not_on_where_it_runs(tmp_path):
 
 def test_proxy_config_scales_width_by_heads_and_budget_by_steps():
     cfg = _cfg()
-    p = proxy_config(cfg, width=128, mup=False, tokens=cfg.train.seq_len * cfg.train.micro_batch_size * 50)
+    p = proxy_config(cfg, width=128, mup=False, tokens=tokens_per_step(cfg) * 50)
     assert p.model.d_model == 128 and p.model.resolved_head_dim == cfg.model.resolved_head_dim
     assert p.model.n_heads == 2 * cfg.model.n_heads and p.model.moe.expert_hidden == 2 * cfg.model.moe.expert_hidden
     assert p.model.mup.enabled is False and p.train.steps == 50
