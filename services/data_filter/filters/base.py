@@ -6,6 +6,13 @@ once and shared by every filter of the chain, which is most of our speed advanta
 A filter reads its settings for the document's language (`settings_for`): the chain's numbers,
 then the language's profile where the settings use profiles, then the user's `by_language`; a
 check it cannot apply to a language is skipped and counted (`Doc.skip`), never turned into a drop.
+
+Layout reasons (`review_reasons`): C4's page rules, FineWeb's line rules, Gopher's symbol, bullet
+and alphabetic ratios and the repetition rules' line/paragraph counts judge how a page is laid
+out, which is evidence of garbage in a web crawl but not in a source whose list pages and command
+listings are its normal documents. When the chain's perplexity pass reviews layout
+(`perplexity.review_layout`), such a hit flags the document (`meta.layout_flag`) instead of
+removing it, and the source's own model confirms or overturns the flag (services/data_filter/fitting.py).
 """
 
 from __future__ import annotations
@@ -70,17 +77,20 @@ class Filter(ABC):
     """Base class: subclasses set `name`, `reasons`, `settings` and implement `check`.
 
     `fitted = True` marks a filter that needs the corpus first (perplexity): the pipeline runs it
-    after every streaming filter, on the documents they kept.
+    after every streaming filter, on the documents they kept. `review_reasons` are the reasons
+    that only flag a document when the chain reviews layout (see the module docstring).
     """
 
     name: ClassVar[str] = "filter"
     reasons: ClassVar[tuple[str, ...]] = ()
     settings: ClassVar[type[FilterSettings]] = FilterSettings
     fitted: ClassVar[bool] = False
+    review_reasons: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: FilterSettings, chain: Any = None):
         self.cfg = cfg
         self.chain = chain
+        self.reviewing = reviews_layout(chain)
         self._per_language: dict[str | None, Any] = {}
 
     def settings_for(self, doc: Doc) -> Any:
@@ -97,6 +107,43 @@ class Filter(ABC):
     @abstractmethod
     def check(self, doc: Doc) -> str | None:
         """Return the drop reason (one of `reasons`), or None to keep `doc` (possibly rewritten)."""
+
+
+def reviews_layout(chain: Any) -> bool:
+    """True when the chain's perplexity pass reviews layout flags (`perplexity.review_layout`)."""
+    try:
+        settings = chain["perplexity"]
+    except (KeyError, TypeError):
+        return False
+    return bool(settings.enabled and getattr(settings, "review_layout", False))
+
+
+class Verdict:
+    """A filter's failures in check order, for filters that mix layout and other rules.
+
+    Without review the first failure decides (the published rule, and `fail` says stop); with
+    review a layout failure is remembered and checking goes on, so a later non-layout failure
+    (duplicated text after duplicated lines) still removes the document.
+    """
+
+    __slots__ = ("_filter", "flag", "hard")
+
+    def __init__(self, filt: Filter):
+        self._filter = filt
+        self.flag: str | None = None
+        self.hard: str | None = None
+
+    def fail(self, reason: str) -> bool:
+        """Record a failed rule; True when checking should stop and `result` be returned."""
+        if self._filter.reviewing and reason in self._filter.review_reasons:
+            self.flag = self.flag or reason
+            return False
+        self.hard = reason
+        return True
+
+    @property
+    def result(self) -> str | None:
+        return self.hard or self.flag
 
 
 def ratio(part: float, whole: float) -> float:
