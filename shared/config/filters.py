@@ -96,6 +96,9 @@ class LanguageConfig(FilterSettings):
     min_score: float = Field(
         0.65, ge=0.0, le=1.0, description="Least probability on the kept languages together (FineWeb/datatrove: 0.65 for one language)."
     )
+    sample_words: int = Field(
+        1000, ge=0, description="Longer documents are identified from this many words spread evenly over them (cost bound); 0 = whole text.",
+    )
 
 
 class CodeRulesConfig(FilterSettings):

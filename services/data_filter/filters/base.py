@@ -30,16 +30,31 @@ TERMINAL_PUNCT = (".", "!", "?", '"', "”", "…", "。", "！", "？", "؟", "
 
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or a digit in any script
 _LETTER = re.compile(r"[^\W\d_]")  # a letter in any script
+# str.isalnum / str.isalpha answer most words exactly (their characters are all word characters /
+# letters) in C; the regex decides only words mixing in punctuation or symbols
+_search_word_char, _search_letter = _WORD_CHAR.search, _LETTER.search
 
 
 def has_word_char(word: str) -> bool:
     """True when `word` holds a letter or digit (Gopher's "non-symbol word")."""
-    return _WORD_CHAR.search(word) is not None
+    return word.isalnum() or _search_word_char(word) is not None
 
 
 def has_letter(word: str) -> bool:
     """True when `word` holds at least one alphabetic character (Gopher's 80% rule)."""
-    return _LETTER.search(word) is not None
+    return word.isalpha() or _search_letter(word) is not None
+
+
+def content_words(words: list[str]) -> list[str]:
+    """The words holding a letter or digit, as `has_word_char` decides, without a call per word."""
+    search = _search_word_char
+    return [w for w in words if w.isalnum() or search(w) is not None]
+
+
+def count_letter_words(words: list[str]) -> int:
+    """How many words hold a letter, as `has_letter` decides, without a call per word."""
+    search = _search_letter
+    return sum(1 for w in words if w.isalpha() or search(w) is not None)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 import string
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter, Verdict, has_letter, has_word_char
+from services.data_filter.filters.base import Doc, Filter, Verdict, content_words, count_letter_words
 from shared.config.filters import GopherQualityConfig
 
 _STRIP = string.punctuation + "“”‘’«»„…—–"
@@ -66,7 +66,7 @@ class GopherQualityFilter(Filter):
         if n_words == 0:
             return "too_few_words"
         if languages.measures_words(lang):
-            content = [w for w in words if has_word_char(w)]
+            content = content_words(words)
             n_content = len(content)
             if n_content < c.min_words:
                 return "too_few_words"
@@ -91,7 +91,7 @@ class GopherQualityFilter(Filter):
         ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…")))
         if ellipsis / len(lines) > c.max_ellipsis_lines_ratio and v.fail("too_many_ellipsis_lines"):
             return v.result
-        alpha = sum(1 for w in words if has_letter(w))
+        alpha = count_letter_words(words)
         if alpha / n_words < c.min_alpha_words_ratio and v.fail("too_few_alpha_words"):
             return v.result
         if c.min_stop_words:
