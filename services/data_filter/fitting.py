@@ -71,7 +71,8 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
         if found:
             filters[u.source] = found[0]
     active = [u for u in units if u.source in filters]
-    # (A) group sizes (documents no rule flagged); a group too small to fit on pools with its kind and language
+    # (A) group sizes (documents no rule flagged); a group too small for fences pools with its kind and language,
+    # and a pool still too small for fences gets the word-order test alone (it needs a model, not quartiles)
     sizes: Counter = Counter()
     for u in active:
         for (meta,) in _rows(unit_paths(work, u.index)["rows"], ["meta"], duplicates):
@@ -89,9 +90,14 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
             return None
         if sizes[(src, lang)] >= filt.cfg.min_group_docs:
             return f"{src}/{lang}"
-        if pooled[(kind_of[src], lang)] >= filt.cfg.min_group_docs:
+        if pooled[(kind_of[src], lang)] >= filt.cfg.min_order_docs:
             return f"{kind_of[src]}:pooled/{lang}"
         return None
+
+    group_size: Counter = Counter()
+    for (src, lang), n in sizes.items():
+        if (g := group_of(src, lang)) is not None:
+            group_size[g] += n
 
     # (B) training samples by group and fold, then the models
     samples: dict[str, list[list[str]]] = {}
@@ -113,6 +119,8 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
                 budget[(g, f)] += len(text.split()) + text.count("\n") + 1
     models = {}
     for g, folds in sorted(samples.items()):
+        if not all(folds):  # cross-fitting needs text in every fold (a model must never score its own text)
+            continue
         lang = g.rsplit("/", 1)[1]
         models[g] = group_filter[g].fit(folds, None if lang == UNSCORED else lang)
     references = {}
@@ -140,7 +148,7 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
                 continue
             rows.append((key, g, s, size, None, flag))
             group_filter.setdefault(g, filt)
-            if flag is None:
+            if flag is None and (u.source in references or group_size[g] >= filt.cfg.min_group_docs):
                 by_group[g][0].append(s.log_ppl)
                 by_group[g][1].append(s.gain)
         scores[u.index] = rows
@@ -150,6 +158,7 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
     for u in active:
         _write_unit(u, work, filters[u.source], scores[u.index], fences, seconds * len(scores[u.index]) / total_docs)
     summary = {"groups": {g: f.to_dict() for g, f in fences.items()},
+               "order_only_groups": sorted(g for g in models if g not in fences),
                "sizes": {f"{s}/{lang}": n for (s, lang), n in sorted(sizes.items())},
                "seconds": round(seconds, 3)}
     write_json(summary, done)
@@ -171,7 +180,7 @@ def _write_unit(u: Unit, work: Path, filt: PerplexityFilter, rows: list[tuple], 
             st.flagged[flag] += 1
             reason = None if g is not None and filt.vouches(s) else flag
         else:
-            reason = None if g is None or g not in fences else filt.decide(s, fences[g])
+            reason = None if g is None else filt.decide(s, fences.get(g))
         if reason is not None:
             st.removed[reason] += 1
             removed[str(key)] = reason

@@ -209,7 +209,7 @@ class PerplexityConfig(FilterSettings):
         True, description="Remove documents whose word order the group's model cannot tell from random (shuffled text, word salad, gibberish).",
     )
     min_order_z: float = Field(3.0, ge=0, le=100, description="Word-order test: least z of log P(text) over its random permutations.")
-    order_permutations: int = Field(32, ge=4, le=1000, description="Random permutations the word-order test compares a document with.")
+    order_permutations: int = Field(64, ge=4, le=1000, description="Random permutations the word-order test compares a document with.")
     max_order_units: int = Field(2000, ge=10, description="Word units of a document (from its start) the word-order test uses.")
     cut_low_context_gain: bool = Field(
         False, description="Remove documents below the low fence of context gain (log P_ngram - log P_unigram; superseded by the word-order test).",
@@ -218,7 +218,12 @@ class PerplexityConfig(FilterSettings):
         True, description="Layout-rule hits (C4 page rules, FineWeb, Gopher symbol/alpha ratios, repeated-line counts) only flag a "
         "document; this group's model removes it unless it vouches for it (word order and perplexity pass). False: those rules remove.",
     )
-    min_group_docs: int = Field(30, ge=4, description="Fewest documents of a (source, language) group to fit on; smaller groups pool by (kind, language).")
+    min_group_docs: int = Field(
+        30, ge=4, description="Fewest documents of a (source, language) group for its own fences; smaller groups pool by (kind, language).",
+    )
+    min_order_docs: int = Field(
+        6, ge=2, description="Fewest documents of a (pooled) group to fit a model for the word-order test alone (no fences).",
+    )
     min_doc_tokens: int = Field(20, ge=1, description="Documents with fewer tokens pass unscored (counted).")
     max_fit_tokens: int = Field(600_000, ge=1000, description="Tokens each model is fitted on at most (a deterministic sample, in input order).")
 

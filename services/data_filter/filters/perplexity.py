@@ -11,7 +11,7 @@ own n-grams; ten folds gave no better separation on 50-document groups at five t
 Two cuts, each from the group's own documents:
 
 - `no_word_order`: a permutation test (`lm/word_order.py`): the document's bigram log-probability
-  against the same words in 32 random orders; z < 3 means the model cannot tell its order from
+  against the same words in up to 64 random orders; z < 3 means the model cannot tell its order from
   random. Shuffled text, word salad and gibberish (all out-of-vocabulary: nothing to order) fall
   there, whatever the group's size; real text of every layout (prose, lists, listings) does not.
 - `perplexity_too_high`: log perplexity above Q3 + k IQR of the group (k = 3, Tukey's "far out";
@@ -23,8 +23,10 @@ Two cuts, each from the group's own documents:
 The same model reviews layout flags (`review_layout`, see filters/base.py): a flagged document is
 kept only when it passes both tests as well, has at least `min_doc_tokens` tokens and its group has
 a model; otherwise it is removed with its layout rule's reason. A group smaller than
-`min_group_docs` pools with the same kind and language of other sources; still too small, or a
-script without word units, it passes unscored and is counted. Deterministic: folds and
+`min_group_docs` pools with the same kind and language of other sources; a pool still below it
+gets the word-order test alone (it needs a model, not quartiles) from `min_order_docs` (6)
+documents with text in both folds; smaller, or a script without word units, it passes unscored
+and is counted. Deterministic: folds and
 permutations from a hash of the document id, training sample in input order, fixed summation order.
 """
 
@@ -122,11 +124,16 @@ class PerplexityFilter(Filter):
         ip, ig = max(p3 - p1, IQR_FLOOR), max(g3 - g1, IQR_FLOOR)
         return Fences(float(p3 + k * ip), float(p1 - k * ip), float(g1 - k * ig), len(log_ppl))
 
-    def decide(self, s: Score, fences: Fences) -> str | None:
-        """The reason to remove a scored document, or None (an untestable word order passes)."""
+    def decide(self, s: Score, fences: Fences | None) -> str | None:
+        """The reason to remove a scored document, or None (an untestable word order passes).
+
+        `fences` is None for a group too small for quartiles: only the word-order test applies.
+        """
         c = self.cfg
         if c.cut_no_word_order and s.order_z < c.min_order_z:  # nan (too few units to move) compares False
             return "no_word_order"
+        if fences is None:
+            return None
         if c.cut_high_perplexity and s.log_ppl > fences.high_ppl:
             return "perplexity_too_high"
         if c.cut_low_context_gain and s.gain < fences.low_gain:
