@@ -99,6 +99,10 @@ class LanguageConfig(FilterSettings):
     sample_words: int = Field(
         1000, ge=0, description="Longer documents are identified from this many words spread evenly over them (cost bound); 0 = whole text.",
     )
+    strip_markup: list[Literal["latex", "code"]] = Field(
+        default_factory=list,
+        description="Markup taken out before identifying (latex: commands, math, comments; code: doctests, code blocks); [] = whole text.",
+    )
 
 
 class CodeRulesConfig(FilterSettings):
@@ -129,6 +133,9 @@ class RepetitionConfig(FilterSettings):
         default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
         description="n -> most characters covered by duplicated n-grams (n >= 5).",
     )
+    min_prose_words: int = Field(
+        50, ge=0, description="With markup stripped (language.strip_markup), n-gram rules skip prose under this many words (Gopher: 50).",
+    )
 
     @field_validator("dup_ngram_max_frac")
     @classmethod
@@ -149,6 +156,9 @@ class GopherQualityConfig(FilterSettings):
     max_ellipsis_lines_ratio: float = Field(0.3, ge=0, le=1, description="Most lines ending with an ellipsis (Gopher: 0.3).")
     min_alpha_words_ratio: float = Field(0.8, ge=0, le=1, description="Fewest words containing a letter (Gopher: 0.8).")
     min_stop_words: int = Field(2, ge=0, description="Fewest distinct stop words of the document's language present (Gopher: 2).")
+    min_prose_words: int = Field(
+        50, ge=0, description="With markup stripped (language.strip_markup), stop-word and word-length rules skip prose under this many words.",
+    )
     stop_words: list[str] = Field(
         default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"],
         description="Stop words for English, and for every language when language_profiles is off (Gopher's eight).",

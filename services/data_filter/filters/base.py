@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from services.data_filter import languages
+from services.data_filter.prose import prose_view
 from shared.config.filters import FilterSettings
 
 # Characters that may end a sentence or a "complete" line (C4 / FineWeb terminal punctuation).
@@ -67,8 +68,11 @@ class Doc:
     kind: str = "web"
     meta: dict[str, Any] = field(default_factory=dict)
     skips: list[str] = field(default_factory=list, repr=False)
+    # markup kinds the language filter took out (`language.strip_markup`): prose rules judge `prose()`
+    markup: tuple[str, ...] = field(default=(), repr=False)
     _words: list[str] | None = field(default=None, repr=False)
     _words_of: tuple[str, str | None] | None = field(default=None, repr=False)
+    _prose: tuple[str, str, list[str] | None, str | None] | None = field(default=None, repr=False)
 
     @property
     def language(self) -> str | None:
@@ -82,6 +86,25 @@ class Doc:
             self._words = languages.words(self.text, lang)
             self._words_of = (self.text, lang)
         return self._words
+
+    def prose(self) -> str:
+        """The text prose rules judge: the text itself, or its prose view when markup was named (cached)."""
+        if not self.markup:
+            return self.text
+        if self._prose is None or self._prose[0] is not self.text:
+            self._prose = (self.text, prose_view(self.text, self.markup), None, None)
+        return self._prose[1]
+
+    def prose_words(self) -> list[str]:
+        """Word units of `prose()` for the document's language (`words()` when there is no markup)."""
+        if not self.markup:
+            return self.words()
+        view, lang = self.prose(), self.meta.get("language")
+        text, _, words, words_lang = self._prose
+        if words is None or words_lang != lang:
+            words = languages.words(view, lang)
+            self._prose = (text, view, words, lang)
+        return words
 
     def skip(self, reason: str) -> None:
         """Record that a check did not apply (e.g. no stop-word list for this language)."""

@@ -60,25 +60,31 @@ class GopherQualityFilter(Filter):
     def check(self, doc: Doc) -> str | None:
         c = self.settings_for(doc)
         lang = doc.language
-        text = doc.text
-        words = doc.words()
+        text = doc.prose()
+        words = doc.prose_words()
         n_words = len(words)
-        if n_words == 0:
-            return "too_few_words"
+        # with markup stripped the length counts the whole document (formulas, examples are content), and
+        # the prose statistics (word length, stop words) need at least as much prose as Gopher's rules saw
+        prose_judged = not doc.markup or n_words >= c.min_prose_words
+        if not prose_judged:
+            doc.skip("prose_too_short")
         if languages.measures_words(lang):
             content = content_words(words)
-            n_content = len(content)
-            if n_content < c.min_words:
+            n_length = len(content_words(doc.words())) if doc.markup else len(content)
+            if n_length < c.min_words:
                 return "too_few_words"
-            if n_content > c.max_words:
+            if n_length > c.max_words:
                 return "too_many_words"
-            mean_len = sum(map(len, content)) / n_content
-            if mean_len < c.min_mean_word_length:
-                return "mean_word_length_low"
-            if mean_len > c.max_mean_word_length:
-                return "mean_word_length_high"
+            if content and prose_judged:
+                mean_len = sum(map(len, content)) / len(content)
+                if mean_len < c.min_mean_word_length:
+                    return "mean_word_length_low"
+                if mean_len > c.max_mean_word_length:
+                    return "mean_word_length_high"
         else:
             doc.skip(f"word_rules_no_segmenter:{lang}")
+        if n_words == 0:
+            return None if doc.markup else "too_few_words"
         v = Verdict(self)
         if text.count("#") / n_words > c.max_symbol_word_ratio and v.fail("too_many_hashes"):
             return v.result
@@ -94,7 +100,7 @@ class GopherQualityFilter(Filter):
         alpha = count_letter_words(words)
         if alpha / n_words < c.min_alpha_words_ratio and v.fail("too_few_alpha_words"):
             return v.result
-        if c.min_stop_words:
+        if c.min_stop_words and prose_judged:
             stop = self._stop_words(c, lang)
             if stop is None:
                 doc.skip(f"no_stop_words_for:{lang}")

@@ -17,6 +17,10 @@ and the planted corpus, samples of 200 words flipped 1-1.5% of keep decisions (d
 0.65 cut), so the default only bounds the cost of long documents. fasttext-predict's batched
 `predict(list)` fails in this wheel (its multi-line path returns another shape), so calls stay per
 document; the call overhead is ~10 us against ~200 us of prediction for a 1 kB document.
+Science sources (`strip_markup`, on in the science chain): LaTeX markup and math, and code
+(doctests, literal blocks), are taken out first (services/data_filter/prose.py), so the score is
+the prose's: on the demo's clean sympy.physics docstrings the whole text passed 0.65 in 274 of
+510 documents, the prose alone in 424.
 The detected language and score are stored in `doc.meta` for every later filter: word units,
 stop words, thresholds, toxicity lists and the perplexity groups all follow it, and it is written
 with the kept document's meta.
@@ -89,7 +93,10 @@ class LanguageFilter(Filter):
         return " ".join(words[:: -(-len(words) // n)])
 
     def check(self, doc: Doc) -> str | None:
-        top = predict_top(self.model, self.sample(doc.text), k=1 if len(self.keep) == 1 else 5)
+        if self.cfg.strip_markup:
+            doc.markup = tuple(self.cfg.strip_markup)
+        text = doc.prose()
+        top = predict_top(self.model, self.sample(text), k=1 if len(self.keep) == 1 else 5)
         if not top:
             doc.meta["language"], doc.meta["language_score"] = "unknown", 0.0
             return "language_not_kept"

@@ -80,7 +80,7 @@ class RepetitionFilter(Filter):
 
     def check(self, doc: Doc) -> str | None:
         c = self.settings_for(doc)
-        text = doc.text
+        text = doc.prose()
         size = len(text)
         if not size:
             return None
@@ -100,7 +100,10 @@ class RepetitionFilter(Filter):
         if not languages.measures_words(doc.language):
             doc.skip(f"ngrams_no_segmenter:{doc.language}")
             return v.result
-        words = doc.words()
+        words = doc.prose_words()
+        if doc.markup and len(words) < c.min_prose_words:
+            doc.skip("ngrams_prose_too_short")  # a short docstring's top bigram is noise, not repetition
+            return v.result
         joins = languages.has_spaces(doc.language)
         for n, frac in sorted(c.top_ngram_max_frac.items()):
             if len(words) >= n and top_ngram_chars(words, n, joins) / size > frac:
