@@ -19,6 +19,11 @@ def test_benchmark_quick_prints_ratio_and_agreement_last():
     assert last["ratio"] > 0 and 0 <= last["agreement"] <= 1
     assert last["agreement"] >= 0.99, last  # same keep decisions on the shared rules
     assert last["kept_ours"] > 0
+    # the end-to-end row says where the time went on both sides, and on what machine
+    ours, theirs = last["e2e_seconds_ours"], last["e2e_seconds_datatrove"]
+    assert ours["language"] > 0 and ours["fitted perplexity pass, shards"] > 0, ours
+    assert theirs["FILTER: Language ID"] > 0 and theirs["minhash stage 1"] > 0, theirs
+    assert last["cpu"] and last["cores"] >= 1 and len(last["load_average"]) == 3
 
 
 @pytest.mark.slow
