@@ -94,6 +94,8 @@ def test_an_input_override_is_merged_onto_its_chain_for_that_input_only():
     ("data.inputs=[{name: a, paths: [x], filter: {c4: {min_sentence: 2}}}]", "data.inputs.0.filter.c4.min_sentence = 2: unknown key"),
     ("data.inputs=[{name: a, paths: [x], filter: {gopher_quality: {by_language: {de: {min_words: -1}}}}}]",
      "data.inputs.0.filter.gopher_quality: by_language.de.min_words"),
+    ("data.filter.chains.science.language.strip_markup=[latex, html]",
+     "data.filter.chains.science.language.strip_markup.1 = 'html': Input should be 'latex' or 'code'"),
 ])
 def test_config_check_names_the_bad_field(override, message, tmp_path):
     recipe = tmp_path / "r.yaml"
