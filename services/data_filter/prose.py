@@ -22,6 +22,7 @@ What is taken out (and why it is safe for a language decision: none of it is pro
 
 from __future__ import annotations
 
+import bisect
 import re
 
 _COMMENT = re.compile(r"(?<!\\)%.*$", re.M)
@@ -29,9 +30,56 @@ _NAME_ENVS = ("verbatim", "Verbatim", "lstlisting", "minted", "tikzpicture", "ps
               "equation", "align", "alignat", "gather", "multline", "eqnarray", "displaymath", "math", "flalign",
               "split", "tabular", "array", "pmatrix", "bmatrix", "matrix", "cases", "dmath", "lstcode", "codeexample",
               "example", "LTXexample", "tcblisting")
-_ENV = re.compile(r"\\begin\{(" + "|".join(_NAME_ENVS) + r")\*?\}.*?\\end\{\1\*?\}", re.S)
-_DISPLAY_MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]|\\\(.*?\\\)", re.S)
-_INLINE_MATH = re.compile(r"(?<!\\)\$(?:[^$\\]|\\.)*?(?<!\\)\$", re.S)
+# openers and closers of the spans taken out whole, found in one pass (`_cut_spans`): environments by name,
+# display and inline math
+_ENV_TOKEN = re.compile(r"\\(begin|end)\{(" + "|".join(_NAME_ENVS) + r")\*?\}")
+_MATH_TOKEN = re.compile(r"\$\$|\\\[|\\\]|\\\(|\\\)|(?<!\\)\$")
+_MATH_CLOSER = {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}
+
+
+def _cut_spans(text: str, tokens: re.Pattern, closer_of) -> str:
+    """`text` without each span from an opener to the first closer after it, scanning left to right.
+
+    Why not a lazy regex (`\\[.*?\\]`): an opener that is never closed makes it scan to the end of
+    the text, once per opener, which is quadratic (minutes for a megabyte of unclosed `\\[`). Here
+    every token is found once, the closers' positions are indexed by kind, and an opener looks its
+    closer up by bisection; an opener without one is left in place and scanning goes on after it,
+    as the regex would. `closer_of(match)` is the key of the closer a match opens, or None; a
+    token's own key is `_key(match)`.
+    """
+    found = list(tokens.finditer(text))
+    closers: dict[str, list[int]] = {}
+    for i, m in enumerate(found):
+        closers.setdefault(_key(m), []).append(i)
+    out: list[str] = []
+    pos = i = 0
+    while i < len(found):
+        want = closer_of(found[i])
+        at = closers.get(want, []) if want is not None else []
+        j = bisect.bisect_right(at, i)
+        if j == len(at):
+            i += 1
+            continue
+        close = at[j]
+        out.append(text[pos : found[i].start()])
+        out.append(" ")
+        pos, i = found[close].end(), close + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _key(m: re.Match) -> str:
+    return f"{m.group(1)}:{m.group(2)}" if m.re is _ENV_TOKEN else m.group()
+
+
+def _env_closer(m: re.Match) -> str | None:
+    return f"end:{m.group(2)}" if m.group(1) == "begin" else None
+
+
+def _math_closer(m: re.Match) -> str | None:
+    return _MATH_CLOSER.get(m.group())
+
+
 # commands whose arguments are identifiers, paths, keys or code rather than words of the text
 _NAME_COMMANDS = ("label", "ref", "eqref", "pageref", "cref", "Cref", "autoref", "cite", "citep", "citet", "citeauthor",
                   "usepackage", "RequirePackage", "documentclass", "begin", "end", "input", "include",
@@ -40,9 +88,10 @@ _NAME_COMMANDS = ("label", "ref", "eqref", "pageref", "cref", "Cref", "autoref",
                   "addtolength", "setcounter", "hypersetup", "lstset", "usetikzlibrary", "pgfplotsset", "tikzset",
                   "definecolor", "color", "textcolor", "verb", "lstinline", "mintinline", "cs", "cmd", "meta",
                   "marg", "oarg", "env", "pkg", "cls", "opt", "file", "code", "macro", "hspace", "vspace", "index")
-_ARG = r"(?:\s*\[[^\[\]]*\]|\s*\{(?:[^{}]|\{[^{}]*\})*\})*"
+# arguments bounded in length, so an unclosed bracket costs a bounded scan, not one to the end of the text
+_ARG = r"(?:\s*\[[^\[\]]{0,300}\]|\s*\{(?:[^{}]|\{[^{}]{0,300}\}){0,300}\})*"
 _NAME_COMMAND = re.compile(r"\\(?:" + "|".join(_NAME_COMMANDS) + r")(?![A-Za-z@])\*?" + _ARG)
-_VERB = re.compile(r"\\(?:verb|lstinline)\*?(.).*?\1")
+_VERB = re.compile(r"\\(?:verb|lstinline)\*?(.).{0,300}?\1")
 _COMMAND = re.compile(r"\\(?:[A-Za-z@]+\*?|.)")
 _TEX_PUNCT = re.compile(r"[{}&~^_#]|``|''")
 
@@ -51,9 +100,8 @@ def strip_latex(text: str) -> str:
     """`text` without LaTeX comments, math, code environments and command names (see the module docstring)."""
     text = _COMMENT.sub("", text)
     text = _VERB.sub(" ", text)
-    text = _ENV.sub(" ", text)
-    text = _DISPLAY_MATH.sub(" ", text)
-    text = _INLINE_MATH.sub(" ", text)
+    text = _cut_spans(text, _ENV_TOKEN, _env_closer)
+    text = _cut_spans(text, _MATH_TOKEN, _math_closer)
     text = _NAME_COMMAND.sub(" ", text)
     text = _COMMAND.sub(" ", text)
     return _TEX_PUNCT.sub(" ", text)
@@ -62,7 +110,7 @@ def strip_latex(text: str) -> str:
 _FENCE = re.compile(r"^\s*(```|~~~).*?^\s*\1[^\n]*$", re.S | re.M)
 _SIGNATURE = re.compile(r"^\s*(?:def|class|async def)\s+[\w.]+\s*\(.*$", re.M)
 _UNDERLINE = re.compile(r"^\s*([=\-~^*+#`'\"])\1{2,}\s*$", re.M)
-_ROLE = re.compile(r":[\w:.-]+:`[^`]*`")
+_ROLE = re.compile(r":[\w:.-]+:`[^`]{0,300}`")
 _LITERAL = re.compile(r"``[^`]*``|`[^`\n]*`")
 
 

@@ -12,7 +12,7 @@ import pytest
 from services.data_filter.accounting import Chain
 from services.data_filter.filters import build_chain
 from services.data_filter.filters.base import Doc, reviews_layout
-from services.data_filter.prose import strip_code, strip_latex
+from services.data_filter.prose import prose_view, strip_code, strip_latex
 from shared.config.chains import ChainConfig, deep_merge, default_chain
 
 DEMO = Path(__file__).resolve().parents[3] / "data" / "demo"
@@ -103,3 +103,23 @@ def test_science_chain_still_removes_repeated_and_garbled_latex_and_other_langua
     german = ("\\section{Einleitung}\nDas Paket \\texttt{foo} setzt Beweisbäume, wie sie in der Lehre der Logik "
               "verwendet werden, und es ist für Studierende ohne mathematische Vorkenntnisse gedacht. ") * 3
     assert chain.run(Doc("de", german, "s", "science", {})) == ("language", "language_not_kept")
+
+
+@pytest.mark.parametrize("piece", ["\\begin{align} x ", "\\[ x ", "\\( y ", "\\label{ab ", "\\cite[ x ", ":func:`x ", "``x "])
+def test_prose_view_of_a_megabyte_of_unclosed_markup_takes_linear_time(piece):
+    """A lazy `\\[.*?\\]` scans to the end of the text once per unclosed opener: minutes for a megabyte
+    (bad input must not stall a worker). One pass with indexed closers: well under a second here."""
+    import time
+
+    text = piece * (1_000_000 // len(piece))
+    t0 = time.perf_counter()
+    out = prose_view(text, ["latex", "code"])
+    assert time.perf_counter() - t0 < 10, piece
+    assert out  # unclosed openers stay in place: the words around them are still there
+
+
+def test_spans_close_at_the_first_closer_and_an_unclosed_opener_does_not_hide_later_spans():
+    assert strip_latex("a $x$ b $$y$$ c \\[z\\] d \\(w\\) e").split() == ["a", "b", "c", "d", "e"]
+    assert strip_latex("\\begin{align} x \\begin{split} y \\end{split} z \\end{align} after").split() == ["after"]
+    # a \begin{verbatim} never closed is left (its name goes with the command), the math after it still goes
+    assert "x" not in strip_latex("\\begin{verbatim} code $x$ text").split()
