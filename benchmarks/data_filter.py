@@ -37,7 +37,9 @@ import argparse
 import ast
 import json
 import multiprocessing as mp
+import os
 import random
+import re
 import sys
 import sysconfig
 import time
@@ -175,7 +177,13 @@ def ours_e2e(docs: list[tuple[str, str]], work: Path) -> tuple[float, int]:
                                       "out_dir": str(work / "ours_out"), "filter": {"workers": 0}})
     t0 = time.perf_counter()
     stats = run(data)
-    return time.perf_counter() - t0, stats["written"]
+    seconds = time.perf_counter() - t0
+    parts = {st["name"]: st["seconds"] for st in stats["chains"]["web"] if st["name"] != "perplexity"}
+    secs = stats["seconds"]
+    parts["read, sign for dedup, write units"] = secs["filters"] - sum(parts.values())
+    parts["dedup (LSH, components)"] = secs["dedup"]
+    parts["fitted perplexity pass, shards"] = seconds - secs["filters"] - secs["dedup"]
+    return seconds, stats["written"], parts
 
 
 def datatrove_e2e(docs: list[tuple[str, str]], work: Path) -> tuple[float, int]:
@@ -259,29 +267,56 @@ def datatrove_e2e(docs: list[tuple[str, str]], work: Path) -> tuple[float, int]:
          JsonlWriter(str(out / "final"), compression=None)],
     ]
     t0 = time.perf_counter()
+    parts: dict[str, float] = {}
     for i, pipeline in enumerate(stages):
         tasks = cfg.num_buckets if i == 2 else 1
-        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(out / f"logs{i}")).run()
+        t_stage = time.perf_counter()
+        res = LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(out / f"logs{i}")).run()
+        if i == 0:  # the filter stage block by block, from datatrove's own timing stats
+            for block in res.stats:  # names as datatrove prints them, its emoji left out
+                parts[" ".join(re.sub(r"[^\x00-\x7f]+", "", block.name).split()).strip(" -")] = block.time_stats.total
+            parts["filter stage, outside blocks"] = time.perf_counter() - t_stage - sum(parts.values())
+        else:
+            parts[f"minhash stage {i}"] = time.perf_counter() - t_stage
     seconds = time.perf_counter() - t0
     written = sum(1 for p in (out / "final").glob("*.jsonl") for _ in p.open())
-    return seconds, written
+    return seconds, written, parts
 
 
 def e2e(docs: list[tuple[str, str]], repeats: int) -> dict:
     import tempfile
 
-    best: dict[str, tuple[float, int]] = {}
+    best: dict[str, tuple[float, int, dict[str, float]]] = {}
     for r in range(repeats):  # interleaved, best of `repeats` each
         for name, fn in (("ours", ours_e2e), ("datatrove", datatrove_e2e)):
             with tempfile.TemporaryDirectory(prefix=f"moelab-e2e-{name}-") as tmp:
-                seconds, written = fn(docs, Path(tmp))
+                seconds, written, parts = fn(docs, Path(tmp))
             if name not in best or seconds < best[name][0]:
-                best[name] = (seconds, written)
+                best[name] = (seconds, written, parts)
             print(f"e2e {name:9s} run {r}: {len(docs) / seconds:8.1f} docs/s, written {written}")
+    for name, (seconds, _, parts) in best.items():  # where the time goes, in the best run of each side
+        print(f"e2e {name} {seconds:.2f} s: " + ", ".join(f"{k} {v:.2f} s ({v / seconds:.0%})" for k, v in parts.items()))
     ours, theirs = len(docs) / best["ours"][0], len(docs) / best["datatrove"][0]
     return {"e2e_ratio": round(ours / theirs, 3), "e2e_ours_docs_per_s": round(ours, 1),
             "e2e_datatrove_docs_per_s": round(theirs, 1), "e2e_written_ours": best["ours"][1],
-            "e2e_written_datatrove": best["datatrove"][1]}
+            "e2e_written_datatrove": best["datatrove"][1],
+            "e2e_seconds_ours": {k: round(v, 3) for k, v in best["ours"][2].items()},
+            "e2e_seconds_datatrove": {k: round(v, 3) for k, v in best["datatrove"][2].items()}}
+
+
+def cpu_line() -> dict:
+    """The machine the figures come from: CPU model, AVX-512 or not, cores, load average (a shared machine is noisy)."""
+    model, flags = "unknown", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = line
+    except OSError:
+        pass
+    return {"cpu": model, "avx512": " avx512f" in flags, "cores": os.cpu_count(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 # harness ----------------------------------------------------------------------------------------
@@ -307,6 +342,8 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     docs = build_corpus(n)
     chars = sum(len(t) for _, t in docs)
+    machine = cpu_line()
+    print(f"cpu: {machine['cpu']}, avx512 {machine['avx512']}, {machine['cores']} cores, load {machine['load_average']}")
     print(f"corpus: {len(docs)} documents, {chars / 1e6:.1f} M characters (real text + degraded copies)")
     import logging
 
@@ -346,6 +383,7 @@ def main() -> None:
         "ours_docs_per_s_2workers": round(results[("ours", 2)][0], 1),
         "datatrove_docs_per_s_2workers": round(results[("datatrove", 2)][0], 1),
         "docs": len(docs), "kept_ours": len(ours_kept), "kept_datatrove": len(dt_kept), "quick": args.quick,
+        **machine, "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     if not args.quick:  # a smoke run leaves the committed figures alone
         out = _HERE / "results" / "data_filter.json"

@@ -36,7 +36,10 @@ def _rotate(x: Tensor, cos_Th: Tensor, sin_Th: Tensor) -> Tensor:
     """(x1, x2) -> (x1·cos − x2·sin, x2·cos + x1·sin), each half written once (two passes in all)."""
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if torch.compiler.is_compiling():  # the compiler fuses the plain form; it cannot trace writes into views
+        return torch.cat([x1 * cos_Th - x2 * sin_Th, x2 * cos_Th + x1 * sin_Th], dim=-1)
+    out = torch.empty_like(x)  # keeps x's strides: SDPA then writes its output (B, T, H, d)-major, and the
+    # out-projection reads it without a copy
     torch.mul(x1, cos_Th, out=out[..., :h]).addcmul_(x2, sin_Th, value=-1)
     torch.mul(x2, cos_Th, out=out[..., h:]).addcmul_(x1, sin_Th)
     return out

@@ -6,6 +6,13 @@ once and shared by every filter of the chain, which is most of our speed advanta
 A filter reads its settings for the document's language (`settings_for`): the chain's numbers,
 then the language's profile where the settings use profiles, then the user's `by_language`; a
 check it cannot apply to a language is skipped and counted (`Doc.skip`), never turned into a drop.
+
+Layout reasons (`review_reasons`): C4's page rules, FineWeb's line rules, Gopher's symbol, bullet
+and alphabetic ratios and the repetition rules' line/paragraph counts judge how a page is laid
+out, which is evidence of garbage in a web crawl but not in a source whose list pages and command
+listings are its normal documents. When the chain's perplexity pass reviews layout
+(`perplexity.review_layout`), such a hit flags the document (`meta.layout_flag`) instead of
+removing it, and the source's own model confirms or overturns the flag (services/data_filter/fitting.py).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from services.data_filter import languages
+from services.data_filter.prose import prose_view
 from shared.config.filters import FilterSettings
 
 # Characters that may end a sentence or a "complete" line (C4 / FineWeb terminal punctuation).
@@ -23,16 +31,31 @@ TERMINAL_PUNCT = (".", "!", "?", '"', "”", "…", "。", "！", "？", "؟", "
 
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or a digit in any script
 _LETTER = re.compile(r"[^\W\d_]")  # a letter in any script
+# str.isalnum / str.isalpha answer most words exactly (their characters are all word characters /
+# letters) in C; the regex decides only words mixing in punctuation or symbols
+_search_word_char, _search_letter = _WORD_CHAR.search, _LETTER.search
 
 
 def has_word_char(word: str) -> bool:
     """True when `word` holds a letter or digit (Gopher's "non-symbol word")."""
-    return _WORD_CHAR.search(word) is not None
+    return word.isalnum() or _search_word_char(word) is not None
 
 
 def has_letter(word: str) -> bool:
     """True when `word` holds at least one alphabetic character (Gopher's 80% rule)."""
-    return _LETTER.search(word) is not None
+    return word.isalpha() or _search_letter(word) is not None
+
+
+def content_words(words: list[str]) -> list[str]:
+    """The words holding a letter or digit, as `has_word_char` decides, without a call per word."""
+    search = _search_word_char
+    return [w for w in words if w.isalnum() or search(w) is not None]
+
+
+def count_letter_words(words: list[str]) -> int:
+    """How many words hold a letter, as `has_letter` decides, without a call per word."""
+    search = _search_letter
+    return sum(1 for w in words if w.isalpha() or search(w) is not None)
 
 
 @dataclass
@@ -45,8 +68,11 @@ class Doc:
     kind: str = "web"
     meta: dict[str, Any] = field(default_factory=dict)
     skips: list[str] = field(default_factory=list, repr=False)
+    # markup kinds the language filter took out (`language.strip_markup`): prose rules judge `prose()`
+    markup: tuple[str, ...] = field(default=(), repr=False)
     _words: list[str] | None = field(default=None, repr=False)
     _words_of: tuple[str, str | None] | None = field(default=None, repr=False)
+    _prose: tuple[str, str, list[str] | None, str | None] | None = field(default=None, repr=False)
 
     @property
     def language(self) -> str | None:
@@ -61,6 +87,25 @@ class Doc:
             self._words_of = (self.text, lang)
         return self._words
 
+    def prose(self) -> str:
+        """The text prose rules judge: the text itself, or its prose view when markup was named (cached)."""
+        if not self.markup:
+            return self.text
+        if self._prose is None or self._prose[0] is not self.text:
+            self._prose = (self.text, prose_view(self.text, self.markup), None, None)
+        return self._prose[1]
+
+    def prose_words(self) -> list[str]:
+        """Word units of `prose()` for the document's language (`words()` when there is no markup)."""
+        if not self.markup:
+            return self.words()
+        view, lang = self.prose(), self.meta.get("language")
+        text, _, words, words_lang = self._prose
+        if words is None or words_lang != lang:
+            words = languages.words(view, lang)
+            self._prose = (text, view, words, lang)
+        return words
+
     def skip(self, reason: str) -> None:
         """Record that a check did not apply (e.g. no stop-word list for this language)."""
         self.skips.append(reason)
@@ -70,17 +115,20 @@ class Filter(ABC):
     """Base class: subclasses set `name`, `reasons`, `settings` and implement `check`.
 
     `fitted = True` marks a filter that needs the corpus first (perplexity): the pipeline runs it
-    after every streaming filter, on the documents they kept.
+    after every streaming filter, on the documents they kept. `review_reasons` are the reasons
+    that only flag a document when the chain reviews layout (see the module docstring).
     """
 
     name: ClassVar[str] = "filter"
     reasons: ClassVar[tuple[str, ...]] = ()
     settings: ClassVar[type[FilterSettings]] = FilterSettings
     fitted: ClassVar[bool] = False
+    review_reasons: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: FilterSettings, chain: Any = None):
         self.cfg = cfg
         self.chain = chain
+        self.reviewing = reviews_layout(chain)
         self._per_language: dict[str | None, Any] = {}
 
     def settings_for(self, doc: Doc) -> Any:
@@ -97,6 +145,43 @@ class Filter(ABC):
     @abstractmethod
     def check(self, doc: Doc) -> str | None:
         """Return the drop reason (one of `reasons`), or None to keep `doc` (possibly rewritten)."""
+
+
+def reviews_layout(chain: Any) -> bool:
+    """True when the chain's perplexity pass reviews layout flags (`perplexity.review_layout`)."""
+    try:
+        settings = chain["perplexity"]
+    except (KeyError, TypeError):
+        return False
+    return bool(settings.enabled and getattr(settings, "review_layout", False))
+
+
+class Verdict:
+    """A filter's failures in check order, for filters that mix layout and other rules.
+
+    Without review the first failure decides (the published rule, and `fail` says stop); with
+    review a layout failure is remembered and checking goes on, so a later non-layout failure
+    (duplicated text after duplicated lines) still removes the document.
+    """
+
+    __slots__ = ("_filter", "flag", "hard")
+
+    def __init__(self, filt: Filter):
+        self._filter = filt
+        self.flag: str | None = None
+        self.hard: str | None = None
+
+    def fail(self, reason: str) -> bool:
+        """Record a failed rule; True when checking should stop and `result` be returned."""
+        if self._filter.reviewing and reason in self._filter.review_reasons:
+            self.flag = self.flag or reason
+            return False
+        self.hard = reason
+        return True
+
+    @property
+    def result(self) -> str | None:
+        return self.hard or self.flag
 
 
 def ratio(part: float, whole: float) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import string
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter, has_letter, has_word_char
+from services.data_filter.filters.base import Doc, Filter, Verdict, content_words, count_letter_words
 from shared.config.filters import GopherQualityConfig
 
 _STRIP = string.punctuation + "“”‘’«»„…—–"
@@ -36,6 +36,10 @@ class GopherQualityFilter(Filter):
         "too_many_hashes", "too_many_ellipses", "too_many_bullet_lines", "too_many_ellipsis_lines",
         "too_few_alpha_words", "too_few_stop_words",
     )
+    # layout: symbols, bullets and digits (command listings, filmographies); word counts, word
+    # lengths and stop words stay removals
+    review_reasons = frozenset({"too_many_hashes", "too_many_ellipses", "too_many_bullet_lines", "too_many_ellipsis_lines",
+                                "too_few_alpha_words"})
 
     settings = GopherQualityConfig
 
@@ -56,46 +60,53 @@ class GopherQualityFilter(Filter):
     def check(self, doc: Doc) -> str | None:
         c = self.settings_for(doc)
         lang = doc.language
-        text = doc.text
-        words = doc.words()
+        text = doc.prose()
+        words = doc.prose_words()
         n_words = len(words)
-        if n_words == 0:
-            return "too_few_words"
+        # with markup stripped the length counts the whole document (formulas, examples are content), and
+        # the prose statistics (word length, stop words) need at least as much prose as Gopher's rules saw
+        prose_judged = not doc.markup or n_words >= c.min_prose_words
+        if not prose_judged:
+            doc.skip("prose_too_short")
         if languages.measures_words(lang):
-            content = [w for w in words if has_word_char(w)]
-            n_content = len(content)
-            if n_content < c.min_words:
+            content = content_words(words)
+            n_length = len(content_words(doc.words())) if doc.markup else len(content)
+            if n_length < c.min_words:
                 return "too_few_words"
-            if n_content > c.max_words:
+            if n_length > c.max_words:
                 return "too_many_words"
-            mean_len = sum(map(len, content)) / n_content
-            if mean_len < c.min_mean_word_length:
-                return "mean_word_length_low"
-            if mean_len > c.max_mean_word_length:
-                return "mean_word_length_high"
+            if content and prose_judged:
+                mean_len = sum(map(len, content)) / len(content)
+                if mean_len < c.min_mean_word_length:
+                    return "mean_word_length_low"
+                if mean_len > c.max_mean_word_length:
+                    return "mean_word_length_high"
         else:
             doc.skip(f"word_rules_no_segmenter:{lang}")
-        if text.count("#") / n_words > c.max_symbol_word_ratio:
-            return "too_many_hashes"
-        if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio:
-            return "too_many_ellipses"
+        if n_words == 0:
+            return None if doc.markup else "too_few_words"
+        v = Verdict(self)
+        if text.count("#") / n_words > c.max_symbol_word_ratio and v.fail("too_many_hashes"):
+            return v.result
+        if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio and v.fail("too_many_ellipses"):
+            return v.result
         lines = text.splitlines() or [""]
         bullets = sum(1 for line in lines if line.lstrip().startswith(_BULLETS))
-        if bullets / len(lines) > c.max_bullet_lines_ratio:
-            return "too_many_bullet_lines"
+        if bullets / len(lines) > c.max_bullet_lines_ratio and v.fail("too_many_bullet_lines"):
+            return v.result
         ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…")))
-        if ellipsis / len(lines) > c.max_ellipsis_lines_ratio:
-            return "too_many_ellipsis_lines"
-        alpha = sum(1 for w in words if has_letter(w))
-        if alpha / n_words < c.min_alpha_words_ratio:
-            return "too_few_alpha_words"
-        if c.min_stop_words:
+        if ellipsis / len(lines) > c.max_ellipsis_lines_ratio and v.fail("too_many_ellipsis_lines"):
+            return v.result
+        alpha = count_letter_words(words)
+        if alpha / n_words < c.min_alpha_words_ratio and v.fail("too_few_alpha_words"):
+            return v.result
+        if c.min_stop_words and prose_judged:
             stop = self._stop_words(c, lang)
             if stop is None:
                 doc.skip(f"no_stop_words_for:{lang}")
             elif count_stop_words(words, text, stop, c.min_stop_words, languages.has_spaces(lang)) < c.min_stop_words:
                 return "too_few_stop_words"
-        return None
+        return v.result
 
 
 def count_stop_words(words: list[str], text: str, stop: frozenset[str], enough: int, spaced: bool) -> int:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from itertools import compress
+from operator import mul
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter
+from services.data_filter.filters.base import Doc, Filter, Verdict
 from shared.config.filters import RepetitionConfig
 
 _PARA = re.compile(r"\n{2,}")
 _LINES = re.compile(r"\n+")
+_FIVE = [True] * 5
 
 
 def duplicates(items: list[str]) -> tuple[int, int]:
@@ -73,42 +76,74 @@ def dup_ngram_chars(words: list[str], n: int, repeated5: list[bool]) -> int:
 class RepetitionFilter(Filter):
     name = "repetition"
     reasons = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac", "top_ngram", "dup_ngram")
+    # how many lines repeat is layout (a shell session repeats "$ ls"); how much text repeats is not
+    review_reasons = frozenset({"dup_para_frac", "dup_line_frac"})
 
     settings = RepetitionConfig
 
     def check(self, doc: Doc) -> str | None:
         c = self.settings_for(doc)
-        text = doc.text
+        text = doc.prose()
         size = len(text)
         if not size:
             return None
+        v = Verdict(self)
         paras = _PARA.split(text.strip())
         n_dup, dup_chars = duplicates(paras)
-        if n_dup / len(paras) > c.max_dup_para_frac:
-            return "dup_para_frac"
-        if dup_chars / size > c.max_dup_para_char_frac:
-            return "dup_para_char_frac"
+        if n_dup / len(paras) > c.max_dup_para_frac and v.fail("dup_para_frac"):
+            return v.result
+        if dup_chars / size > c.max_dup_para_char_frac and v.fail("dup_para_char_frac"):
+            return v.result
         lines = _LINES.split(text)
         n_dup, dup_chars = duplicates(lines)
-        if n_dup / len(lines) > c.max_dup_line_frac:
-            return "dup_line_frac"
-        if dup_chars / size > c.max_dup_line_char_frac:
-            return "dup_line_char_frac"
+        if n_dup / len(lines) > c.max_dup_line_frac and v.fail("dup_line_frac"):
+            return v.result
+        if dup_chars / size > c.max_dup_line_char_frac and v.fail("dup_line_char_frac"):
+            return v.result
         if not languages.measures_words(doc.language):
             doc.skip(f"ngrams_no_segmenter:{doc.language}")
-            return None
-        words = doc.words()
+            return v.result
+        words = doc.prose_words()
+        if doc.markup and len(words) < c.min_prose_words:
+            doc.skip("ngrams_prose_too_short")  # a short docstring's top bigram is noise, not repetition
+            return v.result
         joins = languages.has_spaces(doc.language)
-        for n, frac in sorted(c.top_ngram_max_frac.items()):
-            if len(words) >= n and top_ngram_chars(words, n, joins) / size > frac:
-                return "top_ngram"
+        top = sorted(c.top_ngram_max_frac.items())
+        if top and not top_ngrams_cannot_fire(words, top, size, joins):
+            for n, frac in top:
+                if len(words) >= n and top_ngram_chars(words, n, joins) / size > frac:
+                    return "top_ngram"
         dup = sorted(c.dup_ngram_max_frac.items())
         if dup and len(words) >= 5:
             fives = list(zip(*(words[i:] for i in range(5)), strict=False))
             counts = Counter(fives)
             if len(counts) < len(fives):  # some 5-gram repeats; otherwise no n >= 5 gram can
                 repeated5 = [counts[g] > 1 for g in fives]
-                for n, frac in dup:
-                    if dup_ngram_chars(words, n, repeated5) / size > frac:
-                        return "dup_ngram"
-        return None
+                if covered_chars(words, repeated5) / size > min(f for _, f in dup):  # else no n can reach its cut
+                    for n, frac in dup:
+                        if dup_ngram_chars(words, n, repeated5) / size > frac:
+                            return "dup_ngram"
+        return v.result
+
+
+def top_ngrams_cannot_fire(words: list[str], cuts: list[tuple[int, float]], size: int, joins: bool) -> bool:
+    """True when no top n-gram rule can fire, by a bound from word counts alone (one Counter, not one per n).
+
+    An n-gram occurring k times has k <= count(w) for each of its words w, so its characters
+    k * (len(w1) + ... + len(wn) + n - 1) are at most n * U + (n - 1) * C, where U is the most
+    characters any one word covers (count x length) and C the highest word count. In prose the
+    bound is a few percent of the text, far under Gopher's 16-20%, so the three n-gram Counters
+    are built only for documents that might fail.
+    """
+    counts = Counter(words)
+    most_chars = max(map(mul, counts.values(), map(len, counts)))
+    most_count = max(counts.values())
+    return all((n * most_chars + (n - 1) * most_count * joins) / size <= frac for n, frac in cuts)
+
+
+def covered_chars(words: list[str], repeated5: list[bool]) -> int:
+    """Characters of the words inside some repeated 5-gram: a bound on every duplicated n-gram count (n >= 5)."""
+    covered = [False] * len(words)
+    for i in compress(range(len(repeated5)), repeated5):
+        covered[i : i + 5] = _FIVE
+    return sum(map(len, compress(words, covered)))

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from services.data_filter.filters.base import Doc, Filter
 from shared.config.filters import ToxicityConfig
@@ -38,8 +38,8 @@ def _entries(path: Path) -> set[str]:
 
 @functools.lru_cache(maxsize=8)
 def load_lists(lists_dir: str, better_profanity: bool, exclusions_dir: str | None = None
-               ) -> dict[str, tuple[frozenset[str], re.Pattern | None]]:
-    """language -> (single words, regex of phrases/substrings or None), exclusions removed."""
+               ) -> dict[str, WordList]:
+    """language -> its compiled list (single words, regex of phrases/substrings), exclusions removed."""
     folder = Path(lists_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"toxicity.lists_dir {folder} is not a directory of <lang>.txt word lists")
@@ -66,19 +66,61 @@ def _better_profanity_words() -> set[str]:
     return {w.strip().lower() for w in path.read_text(encoding="utf-8").splitlines() if w.strip()}
 
 
-def _compile(lang: str, entries: set[str]) -> tuple[frozenset[str], re.Pattern | None]:
+class WordList(NamedTuple):
+    """One language's list, compiled: tokens looked up in a set, the rest matched by regexes.
+
+    `pattern` matches the entries holding a word token (phrases, "g-spot", "s&m"). Every `\\w+`
+    run of such an entry is bounded by the entry's own non-word characters or by the pattern's
+    `(?<!\\w)`/`(?!\\w)`, so where the entry matches, the text's tokens include all its runs.
+    `gates` maps each entry's longest run to the run sets of the entries it leads ("girls" ->
+    {two, girls, one, cup}): a document whose tokens hold no entry's whole run set cannot match,
+    and `pattern` (an alternation tried at every position, most of this filter's time) is not run
+    on it. `loose` matches the entries without a token (an emoji), run only when one occurs as a
+    substring; their characters appear in no other entry, so the two never overlap and their
+    counts add up to what one alternation counts. `gates` is None (run `pattern` always) for
+    scripts without spaces or when that condition fails.
+    """
+
+    singles: frozenset[str]
+    pattern: re.Pattern | None
+    gates: dict[str, tuple[frozenset[str], ...]] | None
+    loose: tuple[re.Pattern, tuple[str, ...]] | None
+
+    def may_match(self, tokens: set[str]) -> bool:
+        """False when `pattern` cannot match a text with these tokens (see the class docstring)."""
+        if self.gates is None:
+            return True
+        return any(runs <= tokens for lead in self.gates.keys() & tokens for runs in self.gates[lead])
+
+
+def _gates(entries: set[str]) -> dict[str, tuple[frozenset[str], ...]]:
+    out: dict[str, list[frozenset[str]]] = {}
+    for e in entries:
+        runs = _TOKEN.findall(e)
+        out.setdefault(max(runs, key=len), []).append(frozenset(runs))
+    return {lead: tuple(sets) for lead, sets in out.items()}
+
+
+def _alternation(entries: set[str], bounded: bool) -> str:
+    alts = "|".join(re.escape(p) for p in sorted(entries, key=len, reverse=True))
+    return r"(?<!\w)(?:" + alts + r")(?!\w)" if bounded else alts
+
+
+def _compile(lang: str, entries: set[str]) -> WordList:
     if lang in _NO_SPACES:
-        singles, phrases = set(), {e for e in entries if not e.isascii()}
-        words = entries - phrases
-    else:  # entries that are one \w+ token match as tokens; the rest (phrases, g-spot, s&m) as patterns
-        singles = {e for e in entries if _TOKEN.fullmatch(e)}
-        phrases, words = set(), entries - singles
-    alts = []
-    if phrases:
-        alts.append("|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True)))
-    if words:
-        alts.append(r"(?<!\w)(?:" + "|".join(re.escape(p) for p in sorted(words, key=len, reverse=True)) + r")(?!\w)")
-    return frozenset(singles), re.compile("|".join(alts)) if alts else None
+        phrases = {e for e in entries if not e.isascii()}
+        alts = [_alternation(group, bounded) for group, bounded in ((phrases, False), (entries - phrases, True)) if group]
+        return WordList(frozenset(), re.compile("|".join(alts)) if alts else None, None, None)
+    # entries that are one \w+ token match as tokens; the rest (phrases, g-spot, s&m) as patterns
+    singles = {e for e in entries if _TOKEN.fullmatch(e)}
+    words = entries - singles
+    loose = {e for e in words if not _TOKEN.search(e)}
+    anchored = words - loose
+    shared = {ch for e in loose for ch in e} & {ch for e in anchored for ch in e}
+    if shared:  # a loose entry could overlap an anchored one: one alternation, always run
+        return WordList(frozenset(singles), re.compile(_alternation(words, True)) if words else None, None, None)
+    return WordList(frozenset(singles), re.compile(_alternation(anchored, True)) if anchored else None, _gates(anchored),
+                    (re.compile(_alternation(loose, True)), tuple(loose)) if loose else None)
 
 
 class ToxicityFilter(Filter):
@@ -103,14 +145,19 @@ class ToxicityFilter(Filter):
         entry = self.lists.get(lang)
         if entry is None:
             return 0
-        singles, pattern = entry
+        singles, pattern, _, loose = entry
         low = doc.text.lower()
         n = 0
-        if singles:  # word tokens counted in C (Counter), then looked up once per distinct token
-            counts = Counter(_TOKEN.findall(low))
-            n += sum(c for w, c in counts.items() if w in singles)
-        if pattern is not None:
+        tokens = _TOKEN.findall(low) if singles or entry.gates is not None else []
+        present = set(tokens)
+        if singles:  # the list's words among the tokens, found by a set intersection in C, counted only when present
+            found = singles & present
+            if found:
+                n += sum(map(tokens.count, found))
+        if pattern is not None and entry.may_match(present):
             n += len(pattern.findall(low))
+        if loose is not None and any(e in low for e in loose[1]):
+            n += len(loose[0].findall(low))
         return n
 
     def check(self, doc: Doc) -> str | None:
