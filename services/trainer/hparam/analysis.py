@@ -63,23 +63,28 @@ def lr_drift(optima: dict[tuple[int, bool, int], ParabolaOptimum]) -> list[Drift
 
 
 def sweep_table(results: Sequence[TrialResult]) -> str:
-    """Markdown: one row per (budget, parameterisation, width), the loss at each LR, and the optimum."""
+    """Markdown: one row per (budget, parameterisation, width), the loss at each LR (the mean over
+    its seeds; "diverged" if any seed diverged), the seed count, and the optimum."""
     lrs = sorted({r.lr for r in results})
     optima = optimal_lrs(results)
-    cell = {(r.tokens, r.mup, r.width, r.lr): r for r in results}
+    cell: dict[tuple[int, bool, int, float], list[TrialResult]] = {}
+    for r in results:
+        cell.setdefault((r.tokens, r.mup, r.width, r.lr), []).append(r)
     rows = sorted({(r.tokens, r.mup, r.width) for r in results}, key=lambda k: (k[0], not k[1], k[2]))
-    lines = ["| tokens | param | width | " + " | ".join(f"lr={lr:.3g}" for lr in lrs) + " | lr* (parabola) |",
-             "|---:|---|---:|" + "---:|" * (len(lrs) + 1)]
+    lines = ["| tokens | param | width | seeds | " + " | ".join(f"lr={lr:.3g}" for lr in lrs) + " | lr* (parabola) |",
+             "|---:|---|---:|---:|" + "---:|" * (len(lrs) + 1)]
     for tokens, mup, width in rows:
-        vals = []
+        vals, best = [], optima.get((tokens, mup, width))
         for lr in lrs:
-            r = cell.get((tokens, mup, width, lr))
-            best = optima.get((tokens, mup, width))
-            text = "-" if r is None else ("diverged" if r.diverged else f"{r.loss:.4f}")
-            vals.append(f"**{text}**" if r is not None and best is not None and lr == best.best_grid_lr else text)
-        opt = optima.get((tokens, mup, width))
-        star = "-" if opt is None else f"{opt.lr:.3g}" + ("" if opt.bracketed else " (edge)")
-        lines.append(f"| {tokens:,} | {'muP' if mup else 'SP'} | {width} | " + " | ".join(vals) + f" | {star} |")
+            rs = cell.get((tokens, mup, width, lr))
+            if rs is None:
+                vals.append("-")
+                continue
+            text = "diverged" if any(r.diverged for r in rs) else f"{sum(r.loss for r in rs) / len(rs):.4f}"
+            vals.append(f"**{text}**" if best is not None and lr == best.best_grid_lr else text)
+        seeds = max(len(v) for k, v in cell.items() if k[:3] == (tokens, mup, width))
+        star = "-" if best is None else f"{best.lr:.3g}" + ("" if best.bracketed else " (edge)")
+        lines.append(f"| {tokens:,} | {'muP' if mup else 'SP'} | {width} | {seeds} | " + " | ".join(vals) + f" | {star} |")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from services.trainer.hparam.analysis import lr_drift, optimal_lrs, sweep_table
 from services.trainer.hparam.proxy import proxy_config, tokens_per_step
-from services.trainer.hparam.sweep import Trial, run_sweep, trial_config
+from services.trainer.hparam.sweep import Trial, TrialResult, run_sweep, trial_config
 from services.trainer.loop import TrainingStopped
 from shared.config import load_config
 
@@ -103,3 +103,14 @@ def test_in_process_sweep_records_divergence_and_finds_lr_drift(tmp_path):
     assert drifts[False].slope == pytest.approx(-1.0, abs=0.05)  # SP: lr* ∝ 1/width
     table = sweep_table(out.results)
     assert "diverged" in table and "| muP | 64 |" in table
+
+
+def test_sweep_table_shows_each_lrs_mean_over_its_seeds():
+    def result(lr, seed, loss):
+        return TrialResult(key=f"{lr}-{seed}", width=32, mup=True, lr=lr, tokens=100, steps=2, loss=loss,
+                           train_loss=loss, eval_loss=loss, diverged=False, seed=seed)
+
+    grid = {0.01: (4.0, 4.2), 0.02: (3.0, 3.4), 0.04: (3.9, 3.7)}
+    table = sweep_table([result(lr, s, loss) for lr, losses in grid.items() for s, loss in enumerate(losses)])
+    row = next(line for line in table.splitlines() if line.startswith("| 100 |"))
+    assert "| 2 | 4.1000 | **3.2000** | 3.8000 |" in row
