@@ -3,8 +3,9 @@
 - τ_keep per source: the (1 − target) quantile of the Judge's aggregate quality on held-out
   labelled documents of that source, so the realised keep rate hits the target (defaults ≈30%
   web, ≈50% code/math/science, from the design notes).
-- τ_drop per rubric: the largest Probe threshold whose *expected* loss of the documents the Judge
-  alone would keep, on documents it was not fitted on, is at most `max_keeper_loss` (default 1%);
+- τ_drop per rubric: the largest Probe threshold whose loss of the documents the Judge alone would
+  keep, on documents it was not fitted on, is at most `max_keeper_loss` (default 1%) with
+  probability `keeper_loss_confidence` (default 0.9; 0 = in expectation), split-conformal;
   every document under it skips the Judge's layers and head, which is the compute the cascade
   saves.
 
@@ -36,30 +37,43 @@ def tau_for_keep_rate(scores: np.ndarray, rate: float) -> float:
     return float(s[min(k, len(s)) - 1])
 
 
-def tau_drop_for_loss(probe_scores_of_keepers: np.ndarray, max_loss: float) -> float:
-    """Largest τ_drop whose expected keeper loss on *new* documents is at most `max_loss`.
+def conformal_rank(n_keepers: int, max_loss: float, confidence: float = 0.0) -> int:
+    """How many of n calibration keepers' lowest Probe scores τ_drop may reach (0 = drop nothing).
 
     Skipping documents whose Probe score is under the j-th lowest of n calibration keepers loses a
     new keeper (exchangeable with them) with probability j/(n+1): its rank among the n+1 is
-    uniform. So j = ⌊max_loss·(n+1)⌋ (split conformal). Bounding the loss *on the calibration
-    keepers* instead, as this function once did, promises 1% and delivers ≥ 1/(n+1): 9% with 10
-    keepers, which is what benchmarks/scorer.py measured. With fewer than 1/max_loss − 1 keepers
-    no threshold keeps the promise: −∞, every document reaches the Judge.
+    uniform (split conformal). `confidence` = 0 bounds that in expectation: j = ⌊max_loss·(n+1)⌋.
+    But for the one calibration sample at hand the loss is itself random, Beta(j, n+1−j)
+    distributed, and exceeds its mean about half the time; `confidence` = 0.9 takes the largest j
+    whose Beta 90% quantile is at most `max_loss` (a training-conditional guarantee, Vovk 2012), so
+    nine calibration samples in ten keep the promise. At 1% that needs ≥ 99 keepers in
+    expectation, ≥ 229 at 90%.
     """
+    if confidence <= 0:
+        return int(math.floor(max_loss * (n_keepers + 1) + 1e-9))
+    j = 0
+    while j < n_keepers and beta_dist.ppf(confidence, j + 1, n_keepers - j) <= max_loss:
+        j += 1
+    return j
+
+
+def tau_drop_for_loss(probe_scores_of_keepers: np.ndarray, max_loss: float, confidence: float = 0.0) -> float:
+    """Largest τ_drop whose keeper loss on *new* documents is at most `max_loss` (conformal_rank says
+    in what sense); −∞ (every document reaches the Judge) when no rank keeps the promise."""
     p = np.sort(np.asarray(probe_scores_of_keepers, dtype=np.float64))
-    j = int(math.floor(max_loss * (len(p) + 1) + 1e-9))
+    j = conformal_rank(len(p), max_loss, confidence)
     return float(p[j - 1]) if j >= 1 else -math.inf
 
 
-def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None = None) -> float:
+def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None = None,
+                         confidence: float = 0.0) -> float:
     """The keeper loss `tau_drop_for_loss` gives new documents with n calibration keepers.
 
-    In expectation over calibration samples: j/(n+1) ≤ max_loss. For the one calibration sample at
-    hand the loss is itself random, Beta(j, n+1−j) distributed; `quantile` (e.g. 0.9) returns the
-    loss that sample stays under with that probability (j = 1, n = 110: 2.1% at 0.9). A tighter
-    promise needs more keepers, not a different rule.
+    Over calibration samples the loss is Beta(j, n+1−j) with j = conformal_rank(...): its mean
+    j/(n+1), or with `quantile` (e.g. 0.9) the loss this sample stays under with that probability.
+    A tighter promise needs more keepers, not a different rule.
     """
-    j = math.floor(max_loss * (n_keepers + 1) + 1e-9)
+    j = conformal_rank(n_keepers, max_loss, confidence)
     if j == 0:
         return 0.0
     if quantile is None:
@@ -82,7 +96,8 @@ class Thresholds:
 
 
 def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray, kinds: np.ndarray,
-                   rubrics: np.ndarray, keep_rate: Callable[[str], float], max_loss: float) -> Thresholds:
+                   rubrics: np.ndarray, keep_rate: Callable[[str], float], max_loss: float,
+                   confidence: float = 0.0) -> Thresholds:
     """τ_keep per source and per kind from the Judge's scores, then τ_drop per rubric from the
     Probe's scores of the documents those τ_keep keep. Arrays are per document."""
     if len(judge_q) == 0:
@@ -98,7 +113,7 @@ def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray
     tau_drop, keepers = {}, {}
     for rubric in sorted(set(rubrics.tolist())):
         scores = probe_q[(rubrics == rubric) & keep]
-        tau_drop[rubric], keepers[rubric] = tau_drop_for_loss(scores, max_loss), len(scores)
+        tau_drop[rubric], keepers[rubric] = tau_drop_for_loss(scores, max_loss, confidence), len(scores)
     return Thresholds(tau_keep, tau_drop, {s: int((sources == s).sum()) for s in sorted(set(sources.tolist()))},
                       keepers)
 

@@ -20,13 +20,20 @@ from services.scorer.features import pad_seqs
 from services.scorer.heads import Judge, Probe
 
 
-def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
-    """Deterministic train/val/test split of n items (each split gets at least one item when n >= 3)."""
-    perm = np.random.default_rng(seed).permutation(n)
-    n_test = max(1, int(round(n * test_fraction)))
-    n_val = max(1, int(round(n * val_fraction)))
-    return {"test": np.sort(perm[:n_test]), "val": np.sort(perm[n_test : n_test + n_val]),
-            "train": np.sort(perm[n_test + n_val :])}
+def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int,
+                  groups: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Deterministic train/val/test split of n items (each split gets at least one group when there are >= 3).
+
+    `groups` (one name per item) keeps items of a group together: a document and its degraded
+    copies share a split, so no test document has a near-copy in training.
+    """
+    names = list(groups) if groups is not None else [str(i) for i in range(n)]
+    unique = sorted(set(names), key=names.index)
+    perm = np.random.default_rng(seed).permutation(len(unique))
+    n_test = max(1, int(round(len(unique) * test_fraction)))
+    n_val = max(1, int(round(len(unique) * val_fraction)))
+    part = {unique[g]: ("test" if k < n_test else "val" if k < n_test + n_val else "train") for k, g in enumerate(perm)}
+    return {s: np.array([i for i in range(n) if part[names[i]] == s], dtype=np.int64) for s in ("test", "val", "train")}
 
 
 @dataclass
@@ -45,11 +52,13 @@ def _batches(idx: np.ndarray, bs: int, rng: np.random.Generator | None):
 
 
 def _forward(head: nn.Module, kind: str, feats: dict, rows: np.ndarray) -> torch.Tensor:
+    log_len = feats["log_len"][torch.as_tensor(rows)]
     if kind == "probe":
-        return head.forward_pooled(feats["pooled"][torch.as_tensor(rows)])
+        return head.forward_pooled(feats["pooled"][torch.as_tensor(rows)], log_len)
     x, m = pad_seqs([feats["seqs"][i] for i in rows])
     xp, _ = pad_seqs([feats["probe_seqs"][i] for i in rows])
-    return head(x, m, xp)
+    b, _ = pad_seqs([feats["buckets"][i] for i in rows])
+    return head(x, m, xp, b, log_len)
 
 
 def predict(head: nn.Module, kind: str, feats: dict, rows: np.ndarray, bs: int = 64) -> np.ndarray:
