@@ -123,7 +123,8 @@ def train_stage(cfg) -> dict:
         y = np.stack(g["y"]).astype(np.float32)
         split = split_indices(len(y), hcfg.val_fraction, hcfg.test_fraction, hcfg.seed, g["group"])
         entry = {"dims": list(RUBRICS[name].dims), "max_score": RUBRICS[name].max_score,
-                 "judge_cfg": {"dim": hcfg.judge_dim, "layers": hcfg.judge_layers, "heads": hcfg.judge_heads},
+                 "judge_cfg": {"dim": hcfg.judge_dim, "layers": hcfg.judge_layers, "heads": hcfg.judge_heads,
+                               "pool": hcfg.judge_pool},
                  "split": {k: [g["ids"][i] for i in v] for k, v in split.items()}}
         rep = {"features_cached": bool(feats["cached"]), "n": len(y),
                "read_fraction_mean": float(feats["coverage"].mean())}

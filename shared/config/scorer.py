@@ -92,6 +92,9 @@ class HeadsConfig(Section):
     judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
     judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
     judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")
+    judge_pool: int = Field(
+        1, ge=1, le=64, description="Tokens mean-pooled into one segment before the Judge's encoder (1 = every token)."
+    )
     lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe and of the Judge's linear skip path.")
     judge_lr: float = Field(
         3e-4, gt=0, le=1, description="AdamW learning rate of the Judge's encoder path (lower: it overfits fast)."

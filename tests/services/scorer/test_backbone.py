@@ -9,6 +9,7 @@ from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.cascade import CascadeScorer, build_heads
 from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.sample_docs import python_docs
+from services.scorer.windows import WindowReader
 from tests.services.scorer.conftest import tiny_gpt_oss
 
 
@@ -66,7 +67,7 @@ def _random_heads(width: int) -> dict:
 def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(minilm):
     docs = python_docs(6, 6, seed=4)
     texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
-    sc = CascadeScorer(minilm, _random_heads(minilm.width), 4, 6, 32, micro_batch=5)
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 4, 6, WindowReader(minilm.tokenizer, 32, 32), micro_batch=5)
     minilm.reset_counters()
     probe_only = sc.score(texts, kinds, mode="probe")["probe_quality"]
     # drop exactly the documents below the median Probe quality (per rubric)
@@ -85,7 +86,7 @@ def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(mini
 
 def test_cascade_never_runs_layers_after_judge_layer(minilm):
     docs = python_docs(3, 0, seed=6)
-    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 3, 32)
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 3, WindowReader(minilm.tokenizer, 32, 32))
     minilm.reset_counters()
     sc.score([d["text"] for d in docs], [d["kind"] for d in docs], mode="judge")
     assert minilm.layer_rows[3:] == [0, 0, 0] and minilm.layer_rows[:3] == [3, 3, 3]

@@ -1,0 +1,87 @@
+"""The stand-in oracle's signals are real: each moves when its defect is planted, in the file's own language."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.scorer.degrade import degrade, kinds_for
+from services.scorer.oracle import BACKENDS, make_oracle
+from services.scorer.oracle.code_signals import code_language, code_scores, code_signals
+from services.scorer.oracle.heuristic import HeuristicOracle
+from services.scorer.oracle.kneser_ney import KneserNeyTrigram
+from services.scorer.oracle.prose_signals import general_scores, prose_signals
+from shared.config import ConfigError, load_config
+from shared.config.scorer import OracleConfig
+
+PROSE = ("The river rises in the northern hills and flows south through three valleys. "
+         "Farmers along the river grow wheat and barley on its flood plains. "
+         "Each spring the river floods the plains and leaves fresh silt behind. "
+         "The silt keeps the valleys fertile, so the farmers welcome the floods. "
+         "In summer the river runs low and the valleys turn dry and brown.\n\n"
+         "A dam was built on the river in the last century to store water for the summer. "
+         "The dam holds back the floods, and the farmers now water their fields from canals. "
+         "Without the floods the plains receive less silt, and the farmers buy fertiliser instead.")
+GO = ("// Sum adds the numbers in values and returns the total.\n"
+      "func Sum(values []int) int {\n\ttotal := 0\n\tfor _, value := range values {\n"
+      "\t\ttotal += value // running total\n\t}\n\treturn total\n}\n")
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    return HeuristicOracle(("data/demo/wiki.jsonl.gz",), 3)
+
+
+def test_kneser_ney_prefers_seen_word_order_and_gives_unknown_words_mass():
+    sents = [s.lower().split() for s in ["the cat sat on the mat", "the dog sat on the rug", "a cat sat on a rug"]] * 5
+    lm = KneserNeyTrigram(sents)
+    fluent = lm.log2_perplexity([["the", "cat", "sat", "on", "the", "rug"]])
+    scrambled = lm.log2_perplexity([["rug", "on", "the", "sat", "cat", "the"]])
+    assert fluent < scrambled
+    assert 0 < lm.prob("the", "cat", "<unk>") < 1
+    total = sum(lm.prob("the", "cat", w) for w in lm.vocab | {"<unk>", "</s>"})
+    assert total == pytest.approx(1.0, abs=1e-6)  # a distribution over the vocabulary
+
+
+def test_each_prose_signal_moves_under_its_defect(oracle):
+    rng = lambda: random.Random(3)  # noqa: E731
+    clean = prose_signals(PROSE, oracle.models)
+    assert "en" in oracle.models and clean.unfinished == 0 and clean.duplicate_fraction == 0
+    assert prose_signals(degrade(PROSE, "spelling", rng()), oracle.models).oov_rate > clean.oov_rate + 0.03
+    assert prose_signals(degrade(PROSE, "order", rng()), oracle.models).cohesion < clean.cohesion
+    assert prose_signals(degrade(PROSE, "truncation", rng()), oracle.models).unfinished == 1
+    assert prose_signals(degrade(PROSE, "repetition", rng()), oracle.models).duplicate_fraction > 0.2
+    assert prose_signals(degrade(PROSE, "spam", rng()), oracle.models).spam_density > clean.spam_density + 2
+
+
+def test_code_signals_read_the_files_own_comment_syntax_names_and_layout():
+    s = code_signals(GO)
+    assert code_language(GO) == "go" and s.comments > 0.2 and s.docstrings == 1 and s.indented > 0.5
+    obf = code_signals(degrade(GO, "obfuscation", random.Random(0)))
+    flat = code_signals(degrade(GO, "layout", random.Random(0)))
+    assert obf.comments == 0 and obf.identifier_quality < s.identifier_quality - 0.3
+    assert flat.n_lines == 1 and flat.indented == 0
+
+
+def test_oracle_is_deterministic_and_ranks_clean_text_above_every_degraded_copy(oracle):
+    """Before rounding to the rubric's integers every degraded copy scores lower; after, never higher."""
+    for text, kind in ((PROSE, "web"), (GO, "code")):
+        assert oracle.scores(text, kind) == HeuristicOracle(("data/demo/wiki.jsonl.gz",), 3).scores(text, kind)
+        raw = lambda t: sum((code_scores(code_signals(t)) if kind == "code"  # noqa: E731
+                             else general_scores(prose_signals(t, oracle.models))).values())
+        for k in kinds_for(kind):
+            bad = degrade(text, k, random.Random(1))
+            assert raw(bad) < raw(text), k
+            assert sum(oracle.scores(bad, kind).values()) <= sum(oracle.scores(text, kind).values()), k
+
+
+def test_backend_sections_and_registry():
+    assert set(BACKENDS) == {"heuristic", "openai", "vllm"}
+    cfg = OracleConfig(heuristic={"reference": ["data/demo/wiki.jsonl.gz"], "reference_every": 5})
+    built = make_oracle(cfg)
+    assert isinstance(built, HeuristicOracle) and built.is_stand_in
+    assert OracleConfig(backend="openai", openai={"concurrency": 3}).backend_section().concurrency == 3
+    assert OracleConfig().vllm.concurrency == 1 and OracleConfig().vllm.tensor_parallel_size == 8
+    with pytest.raises(ConfigError, match="concurrency"):  # the flat key of the old layout is refused
+        load_config("configs/demo.yaml", ["scorer.oracle.concurrency=4"])
