@@ -20,7 +20,6 @@ printed too (it is what the heads learn). Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import random
@@ -36,27 +35,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 GROUPS = {"prose-en": ("wiki", {"en"}), "prose-de-fr-es": ("handbook", {"de", "fr", "es"}),
           "code-python": ("python", {"python"}), "code-go": ("go", {"go"})}
-KINDS = {"wiki": "web", "handbook": "web", "udhr": "web", "fortunes": "web", "python": "code", "go": "code",
-         "metamath": "math", "sympy": "math", "sympy_physics": "science", "latex_science": "science"}
-
-
-def demo_records(source: str) -> list[dict]:
-    with gzip.open(ROOT / "data" / "demo" / f"{source}.jsonl.gz", "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    return [r for r in rows if isinstance(r.get("text"), str) and r["text"].strip()
-            and not (r.get("meta") or {}).get("planted")]
 
 
 def choose_pairs_docs(per_group: int, every: int, seed: int) -> dict[str, list[dict]]:
     from services.scorer.oracle.reference import in_reference
     from services.scorer.oracle.text_units import TERMINAL
+    from services.scorer.sample_docs import DEMO_KINDS, demo_records
 
     rng = random.Random(seed)
     chosen = {}
     for group, (source, langs) in GROUPS.items():
         ok = [r for r in demo_records(source) if (r.get("meta") or {}).get("lang") in langs
               and not in_reference(r["id"], every) and len(r["text"]) >= 800
-              and (KINDS[source] == "code" or r["text"].rstrip().endswith(TERMINAL))]
+              and (DEMO_KINDS[source] == "code" or r["text"].rstrip().endswith(TERMINAL))]
         chosen[group] = rng.sample(ok, min(per_group, len(ok)))
     return chosen
 
@@ -75,6 +66,7 @@ def main() -> None:
     from services.scorer.cascade import CascadeScorer
     from services.scorer.degrade import degrade, kinds_for
     from services.scorer.oracle import make_oracle
+    from services.scorer.sample_docs import demo_pool
     from shared.config import load_config
 
     overrides = list(args.overrides)
@@ -86,8 +78,7 @@ def main() -> None:
     per_group = 6 if args.quick else args.per_group
     held = choose_pairs_docs(per_group, cfg.scorer.oracle.heuristic.reference_every, seed=5)
     held_ids = {r["id"] for docs in held.values() for r in docs}
-    pool = [{"id": r["id"], "text": r["text"], "source": s, "kind": k} for s, k in KINDS.items()
-            for r in demo_records(s) if r["id"] not in held_ids]
+    pool = demo_pool(held_ids)
     t0 = time.perf_counter()
     pipeline.label_stage(cfg, docs=pool)
     train = pipeline.train_stage(cfg)

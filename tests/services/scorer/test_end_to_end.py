@@ -42,6 +42,8 @@ def test_label_train_calibrate_score_and_judge_beats_probe_beats_length_baseline
             f"scorer:\n  out_dir: {tmp_path / 'out'}\n  inputs: {inputs}\n"
             "  oracle: {sample_size: 600}\n"
             "  heads: {max_tokens: 128, judge_dim: 64, judge_heads: 4, max_epochs: 40, patience: 6}\n"
+            "  calibration: {keeper_loss_confidence: 0}\n"  # ~110 keepers: the in-expectation rule
+
         )
     runner = CliRunner()
     for stage, path in (("label", recipe), ("train", recipe), ("calibrate", recipe_calibrate), ("run", recipe)):

@@ -68,8 +68,10 @@ def test_oracle_is_deterministic_and_ranks_clean_text_above_every_degraded_copy(
     """Before rounding to the rubric's integers every degraded copy scores lower; after, never higher."""
     for text, kind in ((PROSE, "web"), (GO, "code")):
         assert oracle.scores(text, kind) == HeuristicOracle(("data/demo/wiki.jsonl.gz",), 3).scores(text, kind)
-        raw = lambda t: sum((code_scores(code_signals(t)) if kind == "code"  # noqa: E731
-                             else general_scores(prose_signals(t, oracle.models))).values())
+        def raw(t: str, kind: str = kind) -> float:
+            return sum((code_scores(code_signals(t)) if kind == "code"
+                        else general_scores(prose_signals(t, oracle.models))).values())
+
         for k in kinds_for(kind):
             bad = degrade(text, k, random.Random(1))
             assert raw(bad) < raw(text), k
