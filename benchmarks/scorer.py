@@ -40,26 +40,21 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     ap.add_argument("--quick", action="store_true", help="small smoke run (300 labels, 2 epochs, 120 unseen)")
     ap.add_argument("--unseen", type=int, default=1500, help="documents held out of labelling and calibration")
+    ap.add_argument("--probe-layers", default="", help="comma-separated L_probe values to sweep (heads retrained "
+                    "per layer, same labels; no Ray part); default: the recipe's layer only")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = ap.parse_args()
 
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
     import ray
-    from scipy.stats import beta
 
     from services.scorer import pipeline
-    from services.scorer.cascade import CascadeScorer
     from services.scorer.sample_docs import demo_pool
     from services.scorer.scoring import run_scoring
-    from shared.config import load_config
+    from services.scorer.stage_support import benchmark_recipe
 
-    overrides = list(args.overrides)
-    if args.quick:
-        overrides += ["scorer.oracle.sample_size=300", "scorer.heads.max_epochs=2", "scorer.calibration.sample_size=300"]
-    cfg = load_config(args.config, overrides)
-    cfg.tracker.mode = "disabled"
+    cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     tmp = Path(tempfile.mkdtemp(prefix="bench-scorer-"))
     cfg.scorer.out_dir = str(tmp / "out")
     docs = demo_pool()
@@ -70,29 +65,20 @@ def main() -> None:
           flush=True)
     t0 = time.perf_counter()
     pipeline.label_stage(cfg, docs=pool)
-    train = pipeline.train_stage(cfg)
-    cal = pipeline.calibrate_stage(cfg, docs=pool)
-    build_s = time.perf_counter() - t0
-    print(f"calibration keepers per rubric {cal['calibration']['keepers_per_rubric']}, promised keeper loss "
-          f"{cal['calibration']['expected_keeper_loss']} (90%: {cal['calibration']['keeper_loss_p90']})", flush=True)
-
-    scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
-    texts, kinds, sources = [d["text"] for d in held], [d["kind"] for d in held], [d["source"] for d in held]
-    scorer.score(texts[:8], kinds[:8], sources[:8])  # warm-up
-    res, speed, flops = {}, {}, {}
-    for mode in ("cascade", "judge", "probe"):
-        scorer.bb.reset_counters()
-        t1 = time.perf_counter()
-        res[mode] = scorer.score(texts, kinds, sources, mode=mode)
-        speed[mode] = len(texts) / (time.perf_counter() - t1)
-        flops[mode] = sum(scorer.bb.layer_flops)
-        print(f"{mode:8s} {speed[mode]:8.1f} docs/s  backbone {flops[mode] / 1e9:8.1f} GFLOP", flush=True)
-    jk, ck = res["judge"]["keep"], res["cascade"]["keep"]
-    lost, keepers = int((jk & ~ck).sum()), int(jk.sum())
-    keeper_loss = lost / max(1, keepers)
-    keeper_loss_p90 = float(beta.ppf(0.9, lost + 1, keepers - lost)) if keepers else 1.0  # Clopper-Pearson
-    flops_saved = 1.0 - flops["cascade"] / flops["judge"]
-
+    label_s = time.perf_counter() - t0
+    if args.probe_layers:
+        sweep = {}
+        for layer in (int(x) for x in args.probe_layers.split(",")):
+            cfg.scorer.probe_layer = layer
+            m = build_and_measure(cfg, pool, held)
+            sweep[layer] = {k: m[k] for k in ("flops_saved", "keeper_loss", "keeper_loss_p90", "judge_passes_skipped",
+                                              "held_out_spearman", "ratio", "build_seconds")}
+            print(f"L_probe={layer}: {json.dumps(sweep[layer])}", flush=True)
+        print(json.dumps({"sweep": sweep, "judge_layer": cfg.scorer.judge_layer, "docs": len(held),
+                          "oracle": "heuristic (stand-in)", "quick": args.quick, "overrides": overrides}))
+        return
+    m = build_and_measure(cfg, pool, held)
+    m["label_seconds"] = label_s
     shards = []
     for s in range(4):
         part = held[s::4]
@@ -112,25 +98,58 @@ def main() -> None:
         print(f"ray data, {pool_size} actor(s) x {cfg.scorer.scoring.actor_cpus} CPU: {actors[pool_size]:.1f} docs/s "
               f"(incl. actor start-up)", flush=True)
     ray.shutdown()
-    spearman = {n: r["spearman_quality"] for n, r in cal["rubrics"].items()}
-    print(f"cascade / judge-only speed: {speed['cascade'] / speed['judge']:.2f}x; FLOPs saved {flops_saved:.1%}; "
-          f"keeper loss {keeper_loss:.2%} ({lost}/{keepers}, 90% bound {keeper_loss_p90:.2%}); "
-          f"2 vs 1 actors: {actors[2] / actors[1]:.2f}x; held-out Spearman {spearman}")
-    print(json.dumps({
+    m.update({"actors_1_docs_per_s": actors[1], "actors_2_docs_per_s": actors[2],
+              "actor_scaling": actors[2] / actors[1], "docs": len(held), "oracle": "heuristic (stand-in)",
+              "quick": args.quick, "overrides": overrides})
+    print(f"cascade / judge-only speed: {m['ratio']:.2f}x; FLOPs saved {m['flops_saved']:.1%}; keeper loss "
+          f"{m['keeper_loss']:.2%} ({m['keepers_lost']}/{m['keepers']}, 90% bound {m['keeper_loss_p90']:.2%}); "
+          f"2 vs 1 actors: {m['actor_scaling']:.2f}x; held-out Spearman {m['held_out_spearman']}")
+    print(json.dumps(m))
+
+
+def build_and_measure(cfg, pool: list[dict], held: list[dict]) -> dict:
+    """Distill + calibrate on the labels already written, then score `held` three ways in-process."""
+    import numpy as np
+    from scipy.stats import beta
+
+    from services.scorer import pipeline
+    from services.scorer.cascade import CascadeScorer
+
+    t0 = time.perf_counter()
+    train = pipeline.train_stage(cfg)
+    cal = pipeline.calibrate_stage(cfg, docs=pool)
+    build_s = time.perf_counter() - t0
+    print(f"calibration keepers per rubric {cal['calibration']['keepers_per_rubric']}, promised keeper loss "
+          f"{cal['calibration']['expected_keeper_loss']} (90%: {cal['calibration']['keeper_loss_p90']})", flush=True)
+    scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
+    texts, kinds, sources = [d["text"] for d in held], [d["kind"] for d in held], [d["source"] for d in held]
+    scorer.score(texts[:8], kinds[:8], sources[:8])  # warm-up
+    res, speed, flops = {}, {}, {}
+    t1 = time.perf_counter()
+    for mode in ("cascade", "judge", "probe"):
+        scorer.bb.reset_counters()
+        t2 = time.perf_counter()
+        res[mode] = scorer.score(texts, kinds, sources, mode=mode)
+        speed[mode] = len(texts) / (time.perf_counter() - t2)
+        flops[mode] = sum(scorer.bb.layer_flops)
+        print(f"{mode:8s} {speed[mode]:8.1f} docs/s  backbone {flops[mode] / 1e9:8.1f} GFLOP", flush=True)
+    jk, ck = res["judge"]["keep"], res["cascade"]["keep"]
+    lost, keepers = int((jk & ~ck).sum()), int(jk.sum())
+    return {
         "ratio": speed["cascade"] / speed["judge"],
         "docs_per_s_cascade": speed["cascade"], "docs_per_s_judge": speed["judge"], "docs_per_s_probe": speed["probe"],
-        "flops_saved": flops_saved, "keeper_loss": keeper_loss, "keeper_loss_p90": keeper_loss_p90,
+        "flops_saved": 1.0 - flops["cascade"] / flops["judge"], "keeper_loss": lost / max(1, keepers),
+        "keeper_loss_p90": float(beta.ppf(0.9, lost + 1, keepers - lost)) if keepers else 1.0,  # Clopper-Pearson
         "keepers": keepers, "keepers_lost": lost,
         "judge_passes_skipped": float(res["cascade"]["judge_skipped"].mean()),
         "read_fraction_mean": float(np.mean(res["judge"]["read_fraction"])),
-        "held_out_spearman": spearman,
+        "held_out_spearman": {n: r["spearman_quality"] for n, r in cal["rubrics"].items()},
         "calibration_flops_saved": cal["compute"]["flops_saved"],
         "promised_keeper_loss": cal["calibration"]["expected_keeper_loss"],
         "promised_keeper_loss_p90": cal["calibration"]["keeper_loss_p90"],
-        "actors_1_docs_per_s": actors[1], "actors_2_docs_per_s": actors[2], "actor_scaling": actors[2] / actors[1],
         "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
-        "docs": len(held), "oracle": "heuristic (stand-in)", "quick": args.quick, "overrides": overrides,
-    }))
+        "measure_seconds": time.perf_counter() - t1,
+    }
 
 
 if __name__ == "__main__":

@@ -67,13 +67,9 @@ def main() -> None:
     from services.scorer.degrade import degrade, kinds_for
     from services.scorer.oracle import make_oracle
     from services.scorer.sample_docs import demo_pool
-    from shared.config import load_config
+    from services.scorer.stage_support import benchmark_recipe
 
-    overrides = list(args.overrides)
-    if args.quick:
-        overrides += ["scorer.oracle.sample_size=300", "scorer.heads.max_epochs=2", "scorer.calibration.sample_size=300"]
-    cfg = load_config(args.config, overrides)
-    cfg.tracker.mode = "disabled"
+    cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     cfg.scorer.out_dir = tempfile.mkdtemp(prefix="bench-pairs-")
     per_group = 6 if args.quick else args.per_group
     held = choose_pairs_docs(per_group, cfg.scorer.oracle.heuristic.reference_every, seed=5)

@@ -148,3 +148,17 @@ def calibration_sample(cfg, labelled_ids: set[str], docs: list[dict] | None = No
         docs = input_docs(cfg)
     docs = [d for d in docs if d["id"] not in labelled_ids]
     return docs if len(docs) <= n else random.Random(cfg.scorer.oracle.seed + 1).sample(docs, n)
+
+
+QUICK_OVERRIDES = ("scorer.oracle.sample_size=300", "scorer.heads.max_epochs=2", "scorer.calibration.sample_size=300")
+
+
+def benchmark_recipe(path: str, overrides: list[str], quick: bool):
+    """A recipe as the scorer benchmarks run it: tracker off, `QUICK_OVERRIDES` added for a smoke run.
+    Returns the config and the overrides applied (reported in the benchmark's JSON)."""
+    from shared.config import load_config
+
+    applied = list(overrides) + (list(QUICK_OVERRIDES) if quick else [])
+    cfg = load_config(path, applied)
+    cfg.tracker.mode = "disabled"
+    return cfg, applied
