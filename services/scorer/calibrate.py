@@ -47,7 +47,7 @@ def conformal_rank(n_keepers: int, max_loss: float, confidence: float = 0.0) -> 
     distributed, and exceeds its mean about half the time; `confidence` = 0.9 takes the largest j
     whose Beta 90% quantile is at most `max_loss` (a training-conditional guarantee, Vovk 2012), so
     nine calibration samples in ten keep the promise. At 1% that needs ≥ 99 keepers in
-    expectation, ≥ 229 at 90%.
+    expectation, ≥ 230 at 90%.
     """
     if confidence <= 0:
         return int(math.floor(max_loss * (n_keepers + 1) + 1e-9))

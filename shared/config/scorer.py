@@ -127,7 +127,7 @@ class CalibrationConfig(Section):
     keeper_loss_confidence: float = Field(
         0.9, ge=0, lt=1,
         description="Probability over calibration samples that the keeper loss stays under max_keeper_loss "
-        "(0 = only in expectation); at 0.9 and 1% it needs >= 229 keepers per rubric to drop anything.",
+        "(0 = only in expectation); at 0.9 and 1% it needs >= 230 keepers per rubric to drop anything.",
     )
     sample_size: int = Field(
         2000, ge=0, le=10_000_000,

@@ -64,6 +64,18 @@ def test_keeper_loss_quantile_matches_the_spread_over_calibration_samples():
     assert np.quantile(losses, 0.9) == pytest.approx(p90, rel=0.1)
 
 
+def test_confident_tau_drop_keeps_the_promise_in_nine_calibration_samples_of_ten():
+    """At confidence 0.9 the keeper loss of one calibration sample exceeds 1% in at most ~10% of samples;
+    the in-expectation rule exceeds it about half the time."""
+    assert cal.conformal_rank(229, 0.01, 0.9) == 0 and cal.conformal_rank(230, 0.01, 0.9) == 1
+    assert cal.expected_keeper_loss(230, 0.01, 0.9, confidence=0.9) <= 0.01
+    rng = np.random.default_rng(5)
+    fresh = rng.normal(size=200_000)
+    over = {conf: np.mean([np.mean(fresh < cal.tau_drop_for_loss(rng.normal(size=600), 0.01, conf)) > 0.01
+                           for _ in range(600)]) for conf in (0.0, 0.9)}
+    assert over[0.9] <= 0.13 and over[0.0] >= 0.3
+
+
 def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
     rng = np.random.default_rng(3)
     n = 3000
