@@ -35,7 +35,7 @@ from services.scorer.stage_support import (
     progress_bar,
     report_stage,
 )
-from services.scorer.train import split_indices, train_head
+from services.scorer.train import source_pairs, split_indices, train_head
 from services.scorer.windows import WindowReader
 
 __all__ = ["calibrate_stage", "degraded_copies", "label_stage", "train_stage"]
@@ -129,8 +129,10 @@ def train_stage(cfg) -> dict:
         rep = {"features_cached": bool(feats["cached"]), "n": len(y),
                "read_fraction_mean": float(feats["coverage"].mean())}
         with progress_bar(0, f"train {name}") as bar:
+            pairs = tuple(source_pairs(g["group"], g["degradation"], split[k]) for k in ("train", "val"))
+            rep["pairs"] = {"train": len(pairs[0]), "val": len(pairs[1])}
             for kind in ("probe", "judge"):
-                res = train_head(kind, feats, y, split["train"], split["val"], hcfg, bb.width, bar)
+                res = train_head(kind, feats, y, split["train"], split["val"], hcfg, bb.width, bar, pairs)
                 entry[kind] = res.head.state_dict()
                 rep[kind] = {"best_epoch": res.best_epoch, "epochs_run": res.epochs_run,
                              "best_val_mse": res.best_val_loss}

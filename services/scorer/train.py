@@ -90,9 +90,39 @@ def predict(head: nn.Module, kind: str, feats: dict, rows: np.ndarray, bs: int =
     return torch.cat(outs).numpy() if outs else np.zeros((0, 0))
 
 
+def source_pairs(groups: list[str], degradation: list[str], rows: np.ndarray) -> np.ndarray:
+    """[(source row, degraded-copy row)] among `rows`: every copy whose source document is there too."""
+    rows = set(int(r) for r in rows)
+    clean = {g: i for i, (g, d) in enumerate(zip(groups, degradation, strict=True)) if not d and i in rows}
+    pairs = [(clean[g], i) for i, (g, d) in enumerate(zip(groups, degradation, strict=True))
+             if d and i in rows and g in clean]
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def _pair_loss(head, kind, feats, pairs: np.ndarray, margin: float) -> torch.Tensor:
+    """Hinge on aggregate quality: a degraded copy must score at least `margin` below its source."""
+    q = _forward(head, kind, feats, pairs.reshape(-1)).clamp(0, 1).mean(1).view(-1, 2)
+    return nn.functional.relu(margin - (q[:, 0] - q[:, 1])).mean()
+
+
+def _objective(head, kind, feats, targets, rows, pairs, hcfg) -> float:
+    """Validation objective: MSE on the rows plus `pair_weight` × the pair hinge on their pairs."""
+    val = float(np.mean((predict(head, kind, feats, rows) - targets[rows]) ** 2))
+    if getattr(hcfg, "pair_weight", 0.0) and len(pairs):
+        with torch.no_grad():
+            val += hcfg.pair_weight * float(_pair_loss(head.eval(), kind, feats, pairs, hcfg.pair_margin))
+    return val
+
+
 def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray, hcfg,
-               width: int, progress=None) -> TrainResult:
-    """Fit a Probe (`kind='probe'`) or Judge (`kind='judge'`) on targets in [0, 1]."""
+               width: int, progress=None, pairs: tuple[np.ndarray, np.ndarray] | None = None) -> TrainResult:
+    """Fit a Probe (`kind='probe'`) or Judge (`kind='judge'`) on targets in [0, 1].
+
+    `pairs` (train pairs, val pairs of (source, degraded copy) rows, `source_pairs`) add
+    `heads.pair_weight` × a margin hinge that ranks each copy below its source: the oracle's
+    integer labels often tie a document and its copy (both round to the same rubric points), so
+    MSE alone teaches little about the difference. Each step draws as many pairs as documents.
+    """
     torch.manual_seed(hcfg.seed)
     n_dims = targets.shape[1]
     head = Probe(width, n_dims) if kind == "probe" else Judge(width, n_dims, hcfg.judge_dim, hcfg.judge_layers,
@@ -109,16 +139,21 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
     best = (float("inf"), 0, copy.deepcopy(head.state_dict()))
     history = []
     epoch = 0
+    train_pairs, val_pairs = pairs if pairs is not None else (np.zeros((0, 2), np.int64),) * 2
+    use_pairs = bool(getattr(hcfg, "pair_weight", 0.0)) and len(train_pairs) > 0
     for epoch in range(1, hcfg.max_epochs + 1):
         head.train()
         total = 0.0
         for b in _batches(train_idx, hcfg.batch_size, rng):
             loss = nn.functional.mse_loss(_forward(head, kind, feats, b), y[torch.as_tensor(b)])
+            if use_pairs:
+                drawn = train_pairs[rng.integers(0, len(train_pairs), max(1, len(b) // 2))]
+                loss = loss + hcfg.pair_weight * _pair_loss(head, kind, feats, drawn, hcfg.pair_margin)
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(b)
-        val = float(np.mean((predict(head, kind, feats, val_idx) - targets[val_idx]) ** 2))
+        val = _objective(head, kind, feats, targets, val_idx, val_pairs if use_pairs else val_pairs[:0], hcfg)
         history.append({"epoch": epoch, "train_loss": total / max(1, len(train_idx)), "val_loss": val})
         if progress is not None:
             progress.set_postfix(head=kind, epoch=epoch, val=f"{val:.4f}")

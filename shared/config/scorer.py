@@ -95,6 +95,12 @@ class HeadsConfig(Section):
     judge_pool: int = Field(
         1, ge=1, le=64, description="Tokens mean-pooled into one segment before the Judge's encoder (1 = every token)."
     )
+    pair_weight: float = Field(
+        0.0, ge=0, le=100,
+        description="Weight of the hinge that ranks each labelled degraded copy below its source document "
+        "(0 = MSE on the oracle's labels only).",
+    )
+    pair_margin: float = Field(0.02, ge=0, le=1, description="Margin of that hinge, in aggregate quality (0-1).")
     lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe and of the Judge's linear skip path.")
     judge_lr: float = Field(
         3e-4, gt=0, le=1, description="AdamW learning rate of the Judge's encoder path (lower: it overfits fast)."
