@@ -110,3 +110,35 @@ def test_training_inputs_pooled_once_give_the_judge_what_scoring_gives_it():
     with torch.no_grad():
         torch.testing.assert_close(_forward(judge, "judge", feats, np.array([0, 1])), judge(x, m, xp, b, torch.ones(2, 1)),
                                    rtol=2e-3, atol=2e-3)
+
+
+def test_pair_hinge_teaches_the_probe_a_difference_the_tied_labels_do_not():
+    """Source and copy share their (rounded) label; only the pair term says which is better."""
+    from services.scorer.train import predict, source_pairs
+
+    rng = np.random.default_rng(1)
+    n = 120
+    base = rng.normal(size=(n, 8))
+    defect = np.zeros(8)
+    defect[3] = 1.0
+    pooled = torch.as_tensor(np.concatenate([base, base + defect]), dtype=torch.float32)
+    y = np.repeat(rng.uniform(0.3, 0.7, size=(n, 1)), 2, axis=1).astype(np.float32)
+    y = np.concatenate([y, y])
+    groups = [f"d{i}" for i in range(n)] * 2
+    degradation = [""] * n + ["spam"] * n
+    feats = {"pooled": pooled, "log_len": torch.ones(2 * n, 1)}
+    train = np.array([i for i in range(2 * n) if i % n < 90])
+    test = np.array([i for i in range(2 * n) if i % n >= 90])
+    pairs = (source_pairs(groups, degradation, train), source_pairs(groups, degradation, test))
+    assert len(pairs[0]) == 90 and all(groups[a] == groups[b] for a, b in pairs[0])
+
+    def accuracy(weight: float) -> float:
+        class H:
+            seed, lr, judge_lr, weight_decay, batch_size, max_epochs, patience = 0, 1e-2, 1e-3, 0.0, 16, 60, 60
+            pair_weight, pair_margin = weight, 0.05
+
+        head = train_head("probe", feats, y, train, test, H, 8, pairs=pairs).head
+        q = predict(head, "probe", feats, pairs[1].reshape(-1)).mean(1).reshape(-1, 2)
+        return float(np.mean(q[:, 0] > q[:, 1]))
+
+    assert accuracy(1.0) >= 0.95 > accuracy(0.0) + 0.2
