@@ -16,7 +16,7 @@ masked) → masked mean-pool → LayerNorm → Linear(dim → n_dims), built as 
   read from mean-pooled states falls with depth (ridge, general rubric: 0.83 at the embeddings,
   0.75 at layer 5, 0.46 at layer 6; its last layer is tuned for sentence similarity), and a
   transformer head on a few hundred labels cannot recover that from layer 6 alone (0.40 held-out
-  Spearman vs the Probe's 0.65, docs/scorer.md).
+  Spearman vs the Probe's 0.65, docs/LOG.md).
 - `out` is zero-initialised (ReZero/ControlNet-style), so the Judge starts as exactly a linear
   probe and the encoder learns a correction; with a random `out` the encoder's initial output
   swamps the skip and early stopping fires before either recovers (0.61 vs 0.73 measured).

@@ -1,8 +1,9 @@
 """Scoring at scale: Ray Data `map_batches` over an actor pool, one output Parquet per input shard.
 
 Each actor loads the backbone and heads once (`CascadeScorer`) and scores batches with the
-early-exit cascade, in length-sorted micro-batches, with `threads_per_actor` torch threads (on 2
-cores, two 1-thread actors or one 2-thread actor: docs/scorer.md has the measurement). The pool autoscales between
+early-exit cascade, in length-sorted micro-batches, with `threads_per_actor` torch threads (the
+demo runs two 1-thread actors at 0.5 CPU each on 2 cores: both cores compute, and the read tasks
+keep a CPU share). The pool autoscales between
 `scorer.scoring.actors_min` and `actors_max`; actors take fractional CPUs (`actor_cpus`, 0.5 by
 default) because Ray Data on a 2-CPU machine deadlocks when the pool holds every CPU, and
 `actor_gpus=1` puts them on GPUs on a cluster.

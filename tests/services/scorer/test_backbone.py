@@ -94,7 +94,7 @@ def test_cascade_never_runs_layers_after_judge_layer(minilm):
 
 def test_heads_of_another_version_fail_with_a_retrain_hint():
     judge = Judge(16, 2, 8, 1, 2).state_dict()
-    old = {k: v for k, v in judge.items() if not k.startswith(("skip.", "proj_probe."))}  # the pre-#9 Judge
+    old = {k: v for k, v in judge.items() if not k.startswith(("skip.", "proj_probe."))}  # a Judge without the skip path
     rubric = {"dims": ["a", "b"], "probe": Probe(16, 2).state_dict(), "judge_cfg": {"dim": 8, "layers": 1, "heads": 2}}
     with pytest.raises(ValueError, match="version-1 heads.*rerun `moelab score train`"):
         build_heads({"rubrics": {"general": {**rubric, "judge": old}}}, 16)  # written before versions existed

@@ -1,4 +1,4 @@
-"""benchmarks/scorer.py runs in quick mode and ends with the JSON line the issue names."""
+"""The scorer benchmarks run in quick mode and end with the JSON line their reports are built from."""
 
 from __future__ import annotations
 
