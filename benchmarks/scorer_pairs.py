@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     ap.add_argument("--per-group", type=int, default=40, help="clean documents per language group")
     ap.add_argument("--quick", action="store_true", help="smoke run: 300 labels, 2 epochs, 6 documents per group")
+    ap.add_argument("--out-dir", default="", help="scorer directory to work in; labels and heads already there "
+                    "(from an earlier run with the same config) are reused instead of rebuilt")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. scorer.probe_layer=3")
     args = ap.parse_args()
 
@@ -70,14 +72,17 @@ def main() -> None:
     from services.scorer.stage_support import benchmark_recipe
 
     cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
-    cfg.scorer.out_dir = tempfile.mkdtemp(prefix="bench-pairs-")
+    cfg.scorer.out_dir = args.out_dir or tempfile.mkdtemp(prefix="bench-pairs-")
     per_group = 6 if args.quick else args.per_group
     held = choose_pairs_docs(per_group, cfg.scorer.oracle.heuristic.reference_every, seed=5)
     held_ids = {r["id"] for docs in held.values() for r in docs}
     pool = demo_pool(held_ids)
     t0 = time.perf_counter()
-    pipeline.label_stage(cfg, docs=pool)
-    train = pipeline.train_stage(cfg)
+    out = Path(cfg.scorer.out_dir)
+    if not (out / "labels.parquet").exists():
+        pipeline.label_stage(cfg, docs=pool)
+    train = pipeline.train_stage(cfg) if not (out / "heads.pt").exists() else {"probe_layer": cfg.scorer.probe_layer,
+                                                                              "judge_layer": cfg.scorer.judge_layer}
     calib = pipeline.calibrate_stage(cfg, docs=pool)
     build_s = time.perf_counter() - t0
     scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
