@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--unseen", type=int, default=1500, help="documents held out of labelling and calibration")
     ap.add_argument("--probe-layers", default="", help="comma-separated L_probe values to sweep (heads retrained "
                     "per layer, same labels; no Ray part); default: the recipe's layer only")
+    ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer.json unless --quick)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = ap.parse_args()
 
@@ -52,7 +53,7 @@ def main() -> None:
     from services.scorer import pipeline
     from services.scorer.sample_docs import demo_pool
     from services.scorer.scoring import run_scoring
-    from services.scorer.stage_support import benchmark_recipe
+    from services.scorer.stage_support import benchmark_recipe, write_result
 
     cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     tmp = Path(tempfile.mkdtemp(prefix="bench-scorer-"))
@@ -104,6 +105,7 @@ def main() -> None:
     print(f"cascade / judge-only speed: {m['ratio']:.2f}x; FLOPs saved {m['flops_saved']:.1%}; keeper loss "
           f"{m['keeper_loss']:.2%} ({m['keepers_lost']}/{m['keepers']}, 90% bound {m['keeper_loss_p90']:.2%}); "
           f"2 vs 1 actors: {m['actor_scaling']:.2f}x; held-out Spearman {m['held_out_spearman']}")
+    write_result(m, args.out, "scorer", args.quick)
     print(json.dumps(m))
 
 

@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smoke run: 300 labels, 2 epochs, 6 documents per group")
     ap.add_argument("--out-dir", default="", help="scorer directory to work in; labels and heads already there "
                     "(from an earlier run with the same config) are reused instead of rebuilt")
+    ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer_pairs.json unless --quick)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. scorer.probe_layer=3")
     args = ap.parse_args()
 
@@ -69,7 +70,7 @@ def main() -> None:
     from services.scorer.degrade import degrade, kinds_for
     from services.scorer.oracle import make_oracle
     from services.scorer.sample_docs import demo_pool
-    from services.scorer.stage_support import benchmark_recipe
+    from services.scorer.stage_support import benchmark_recipe, write_result
 
     cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     cfg.scorer.out_dir = args.out_dir or tempfile.mkdtemp(prefix="bench-pairs-")
@@ -121,7 +122,7 @@ def main() -> None:
     for m in ("probe", "judge", "cascade", "oracle"):
         print(f"{m:8s} " + "  ".join(f"{k} {v:.2f}" for k, v in summary[m].items()), flush=True)
     heads_min = min(min(summary["judge"].values()), min(summary["cascade"].values()))
-    print(json.dumps({
+    result = {
         "accuracy": summary, "min_judge_cascade": heads_min,
         "cascade_by_group": {g: {k: float(np.mean(v)) for k, v in ks.items()} for g, ks in by_group.items()},
         "pairs_per_kind": {k: len(v) for k, v in acc["judge"].items()},
@@ -130,7 +131,9 @@ def main() -> None:
         "flops_saved_calibrate": calib["compute"]["flops_saved"],
         "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
         "config": args.config, "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
-    }))
+    }
+    write_result(result, args.out, "scorer_pairs", args.quick)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
