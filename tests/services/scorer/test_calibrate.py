@@ -121,3 +121,22 @@ def test_config_defaults_scale_probe_and_judge_layers():
 def test_config_rejects_pool_min_above_max_naming_both_fields():
     with pytest.raises(Exception, match="actors_min.*actors_max"):
         load_config(None, ["scorer.scoring.actors_min=3", "scorer.scoring.actors_max=2"])
+
+
+def test_calibration_sends_one_reliability_diagram_per_rubric_and_head():
+    from services.scorer.calibrate_stage import HeldOut, log_reliability, pair_accuracy
+
+    rng = np.random.default_rng(0)
+    y = rng.uniform(size=(6, 2))
+    h = HeldOut(y, y + 0.01, y - 0.01, y, ["t"] * 6, np.array(["s"] * 6), np.array(["web"] * 6),
+                np.array(["a", "a", "b", "b", "c", "c"]), np.array(["", "spam", "", "spam", "", "order"]))
+    calls = []
+
+    class Run:
+        def log_calibration(self, predicted, observed, name, bins):
+            calls.append((name, len(predicted), len(observed)))
+
+    log_reliability(Run(), {"general": h})
+    assert calls == [("general/judge", 3, 3), ("general/probe", 3, 3)]  # clean documents only
+    acc = pair_accuracy(np.array([0.9, 0.1, 0.2, 0.5, 0.7, 0.7]), h)
+    assert acc == {"order": 0.0, "spam": 0.5}  # a tie counts as an error
