@@ -37,11 +37,13 @@ test-gpu: install
 	$(VENV)/bin/pytest -m gpu $(PYTEST_FLAGS)
 
 ## wheels a lent GPU machine's CUDA image lacks (it has torch, triton, transformers, pytest; no
-## registry): scripts/gpu_checks.sh installs them there from .gpu-wheels/ (docs/gpu-checks.md)
+## registry): pydantic for the config, typer for `moelab doctor`; scripts/gpu_checks.sh installs
+## them there from .gpu-wheels/ (docs/gpu-checks.md)
 gpu-wheels: install
 	$(PY) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .gpu-wheels \
-		"pydantic==$$($(PY) -c 'import pydantic; print(pydantic.VERSION)')"
+		"pydantic==$$($(PY) -c 'import pydantic; print(pydantic.VERSION)')" \
+		"typer==$$($(PY) -c 'import importlib.metadata as m; print(m.version("typer"))')"
 
 lint: install
 	$(VENV)/bin/ruff check .

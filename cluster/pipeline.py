@@ -3,16 +3,27 @@
 filter → oracle label → distill heads → calibrate → score → select + tokenize → train → summary.
 One config drives every stage; each stage is content-addressed (cluster/stages.py), so a rerun
 skips what is finished and a changed knob reruns only the stages that depend on it. Every stage
-reports to the tracker as a child of one pipeline run (its id is exported as MOELAB_PARENT_RUN),
-so the dashboard links a model run to the exact data that trained it. The stages run on the Ray
+reports to the tracker under one pipeline run: each stage gets a child run (its duration, status
+and figures; see StageRuns), and the runs a stage opens are children of that stage run (the id
+travels as tracker.parent and MOELAB_PARENT_RUN), so the dashboard links a model run to the
+exact data that trained it. The stages run on the Ray
 the job was submitted to (a local Ray when started by hand).
+
+Placement: each stage asks Ray for what it needs (filter and tokenize: CPUs; the vLLM oracle:
+TP × replicas GPUs; scoring actors: `scorer.scoring.actor_gpus` of `actor_accelerator_type`;
+training: Ray Train workers with `cluster.train_*` resources). Before a GPU stage starts its
+request is checked against the alive GPU nodes and the declared `cluster.gpu_nodes`
+(`shared.placement`), and training runs under Ray Train — never in this driver, which on a
+cluster runs on the CPU-only head — unless one CPU worker would run on the only node anyway.
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +31,7 @@ from typing import Any
 from cluster.stages import Stage, StageResult, StageRunner, file_fingerprints
 from shared import tracking
 from shared.config import ConfigError, ExperimentConfig, load_config, save_resolved
+from shared.placement import check_gpu_request, config_gpu_requests, declared_nodes, live_gpu_nodes
 
 EVAL_FRACTION = 0.02
 
@@ -48,6 +60,47 @@ def input_files(cfg: ExperimentConfig) -> list[str]:
     return files
 
 
+def _ray(cfg: ExperimentConfig):
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=cfg.cluster.address, num_cpus=cfg.cluster.num_cpus, namespace=cfg.cluster.namespace,
+                 include_dashboard=False, configure_logging=False, log_to_driver=False)
+    return ray
+
+
+def check_placement(cfg: ExperimentConfig, prefix: str) -> None:
+    """Refuse, before the stage starts, a GPU request (fields under `prefix`) that neither an alive
+    node nor a declared `cluster.gpu_nodes` group can hold."""
+    requests = [r for r in config_gpu_requests(cfg) if r.what.startswith(prefix)]
+    if requests:
+        _ray(cfg)
+        nodes = live_gpu_nodes() + declared_nodes(cfg.cluster.gpu_nodes)
+        for request in requests:
+            check_gpu_request(request, nodes)
+
+
+def trains_under_ray(cfg: ExperimentConfig) -> bool:
+    """Ray Train workers, unless one CPU worker would run on this (the only) node anyway."""
+    import ray
+
+    from services.trainer.launch import wants_gpu_workers
+
+    if cfg.train.workers > 1 or cfg.cluster.address or cfg.cluster.train_gpus_per_worker:
+        return True
+    if not ray.is_initialized():  # no Ray in this process (no Ray stage ran): this machine trains
+        return False
+    return wants_gpu_workers(cfg) or sum(1 for n in ray.nodes() if n["Alive"]) > 1
+
+
+def _placed(cfg: ExperimentConfig, prefix: str, run):
+    def checked() -> dict[str, Any]:
+        check_placement(cfg, prefix)
+        return run()
+
+    return checked
+
+
 def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     from cluster.select import select_kept
     from services.data_filter.pipeline import run as run_filter
@@ -63,7 +116,7 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     filtered = lambda: sorted(glob.glob(str(Path(cfg.data.out_dir) / "*.parquet")))  # noqa: E731
 
     def train() -> dict[str, Any]:
-        return run_ray(cfg) if cfg.train.workers > 1 or cfg.cluster.address else run_local(cfg)
+        return run_ray(cfg) if trains_under_ray(cfg) else run_local(cfg)
 
     def select_and_tokenize() -> dict[str, Any]:
         selected = select_kept(str(scorer_out / "scores" / "*.parquet"), root / "kept", EVAL_FRACTION)
@@ -74,18 +127,19 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     return [
         Stage("filter", lambda: run_filter(cfg.data, experiment=cfg), j(cfg.data),
               outputs=(Path(cfg.data.out_dir),), extra_key=file_fingerprints(input_files(cfg))),
-        Stage("label", lambda: label_stage(cfg), j(cfg.scorer.oracle), after=("filter",),
+        Stage("label", _placed(cfg, "scorer.oracle", lambda: label_stage(cfg)), j(cfg.scorer.oracle), after=("filter",),
               outputs=(scorer_out / "labels.parquet",)),
         Stage("distill", lambda: train_stage(cfg),
               {"heads": j(cfg.scorer.heads), "heads_version": HEADS_VERSION, "backbone": cfg.scorer.backbone,
                "layers": [cfg.scorer.probe_layer, cfg.scorer.judge_layer]}, after=("label",)),
         Stage("calibrate", lambda: calibrate_stage(cfg), j(cfg.scorer.calibration), after=("distill",)),
-        Stage("score", lambda: run_scoring(cfg, filtered()), j(cfg.scorer.scoring), after=("calibrate",),
+        Stage("score", _placed(cfg, "scorer.scoring", lambda: run_scoring(cfg, filtered())), j(cfg.scorer.scoring),
+              after=("calibrate",),
               outputs=(scorer_out / "scores",)),
         Stage("tokenize", select_and_tokenize, {"mixture": j(cfg.mixture), "eval_fraction": EVAL_FRACTION},
               after=("score",), outputs=(root / "kept", Path(cfg.mixture.shard_dir),
                                          Path(cfg.mixture.shard_dir + "-eval"), Path(cfg.mixture.tokenizer.out_dir))),
-        Stage("train", train, {"model": j(cfg.model), "optim": j(cfg.optim), "train": j(cfg.train)},
+        Stage("train", _placed(cfg, "train", train), {"model": j(cfg.model), "optim": j(cfg.optim), "train": j(cfg.train)},
               after=("tokenize",), outputs=(Path(cfg.train.out_dir),)),
     ]
 
@@ -111,6 +165,53 @@ def summarize(results: dict[str, StageResult]) -> dict[str, Any]:
     }
 
 
+def stage_figures(report: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """A stage report's numbers (nested dicts to `a/b` keys, two levels deep) as tracker scalars."""
+    out: dict[str, float] = {}
+    for k, v in report.items():
+        key = prefix + re.sub(r"[^A-Za-z0-9_.\-/:@%+=\[\] ]", "_", str(k))
+        if isinstance(v, dict) and depth < 2:
+            out.update(stage_figures(v, key + "/", depth + 1))
+        elif isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[key[:200]] = v
+    return out
+
+
+class StageRuns:
+    """One tracker run per stage, a child of the pipeline run, opened when the stage starts (so its
+    duration is the stage's own) and finished with the stage report's figures. While a stage runs,
+    runs its code opens (the data filter's funnel, the scorer's reports, the training run) are
+    children of its stage run, through the config (which travels to Ray workers) and the env."""
+
+    def __init__(self, cfg: ExperimentConfig, pipeline_id: str):
+        self.cfg, self.pipeline_id, self.current = cfg, pipeline_id, None
+
+    def _open(self, name: str, tags: list[str]):
+        return tracking.init(config=self.cfg, name=f"{self.cfg.name}-{name}", tags=["stage", name, *tags],
+                             parent=self.pipeline_id)
+
+    def _parent(self, run_id: str) -> None:
+        self.cfg.tracker.parent = run_id  # the stages' closures read this config object
+        os.environ["MOELAB_PARENT_RUN"] = run_id
+
+    def start(self, name: str) -> None:
+        self.current = self._open(name, [])
+        self._parent(self.current.id)
+
+    def done(self, res: StageResult) -> None:
+        run = self._open(res.name, ["skipped"]) if res.skipped else self.current
+        run.log({**stage_figures(res.report or {}), "seconds": res.seconds}, step=0)
+        run.finish()
+        self.current = None
+        self._parent(self.pipeline_id)
+
+    def failed(self) -> None:
+        if self.current is not None:
+            self.current.finish(status="failed")
+            self.current = None
+        self._parent(self.pipeline_id)
+
+
 def run_pipeline(cfg: ExperimentConfig, log=print) -> dict[str, Any]:
     cfg = layout(cfg)
     root = Path(cfg.train.out_dir).parent
@@ -121,23 +222,27 @@ def run_pipeline(cfg: ExperimentConfig, log=print) -> dict[str, Any]:
     # and the environment (for code that reports without a config)
     cfg = cfg.model_copy(update={"tracker": cfg.tracker.model_copy(update={"parent": run.id})})
     os.environ["MOELAB_PARENT_RUN"] = run.id
+    stage_runs = StageRuns(cfg, run.id)
 
     def started(name: str) -> None:
         log(f"== {name}: running")
         run.event("stage_start", f"{name} started", stage=name)
+        stage_runs.start(name)
 
     def done(res: StageResult) -> None:
         state = "skipped (inputs and config unchanged)" if res.skipped else f"done in {res.seconds:.1f}s"
         log(f"== {res.name}: {state}")
         run.event("stage_summary", f"{res.name} {state}", stage=res.name, skipped=res.skipped,
                   seconds=res.seconds, key=res.key[:12])
+        stage_runs.done(res)
 
     runner = StageRunner(root, on_start=started, on_done=done)
     try:
         for stage in build_stages(cfg):
             runner.run(stage)
     except Exception as exc:
-        run.event("warning", f"pipeline failed: {exc}")
+        stage_runs.failed()
+        run.event("warning", f"pipeline failed: {str(exc)[:4000]}")
         run.finish(status="failed")
         raise
     summary = summarize(runner.results)

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "moelab.commands.demo",
     "moelab.commands.data",
     "moelab.commands.precision",
+    "moelab.commands.plan",
     "moelab.commands.train",
     "moelab.commands.compare",
     "moelab.commands.hparam",

@@ -102,5 +102,11 @@ def format_funnel(stats: dict) -> str:
         for st in stages:
             why = ", ".join(f"{k} {v}" for k, v in st["removed"].items()) or "-"
             lines.append(f"  {st['name']:<15} in {st['in']:>8}  kept {st['kept']:>8}  {st['seconds']:8.2f}s  removed: {why}")
+            if st.get("skipped"):
+                lines.append(f"  {'':<15} skipped (counted, not removed): "
+                             + ", ".join(f"{k} {v}" for k, v in st["skipped"].items()))
+    for source, d in stats.get("sources", {}).items():
+        if "funnel" in d:
+            lines.append(f"source {source}: " + " -> ".join(f"{f['stage']} {f['docs']}" for f in d["funnel"]))
     lines.append(f"near duplicates: {stats['near_duplicates']}  written: {stats['written']}")
     return "\n".join(lines)

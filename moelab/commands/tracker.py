@@ -1,8 +1,9 @@
-"""`moelab tracker serve|token|sync`: run the tracker service, mint API tokens, upload spooled runs."""
+"""`moelab tracker serve|token|sync`: run the tracker service, manage API tokens, upload spooled runs."""
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import typer
@@ -24,6 +25,17 @@ def _write_token_file(path: str, token: str) -> None:
     os.replace(tmp, p)
 
 
+def served_hosts(configured: list[str], extra: list[str], interface: str) -> list[str]:
+    """Host names the server answers: the configured ones, `--allowed-host`s, the interface it
+    binds to, and this machine's names when it binds every interface (team members use those)."""
+    hosts = [*configured, *extra]
+    if interface in ("0.0.0.0", "::", ""):
+        hosts += [socket.gethostname(), socket.getfqdn()]
+    else:
+        hosts.append(interface)
+    return sorted(set(hosts))
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="The experiment tracker: dashboard + REST API, tokens, offline sync.", no_args_is_help=True)
 
@@ -33,38 +45,62 @@ def register(app: typer.Typer) -> None:
         port: int | None = typer.Option(None, "--port", help="Port to listen on (default: tracker.port, 8000)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface; 0.0.0.0 serves a team."),
         config: str | None = CONFIG_OPT,
-        read_protected: bool | None = typer.Option(None, "--read-protected/--open-reads", help="Require a token for reads."),
+        read_protected: bool | None = typer.Option(None, "--read-protected/--open-reads",
+                                                   help="Require a token (or a dashboard login) for reads and pages."),
+        allowed_host: list[str] = typer.Option([], "--allowed-host",
+                                               help="Another Host name to answer (repeatable; '*' for any)."),
     ) -> None:
-        """Serve the dashboard and API. Makes a first token (in tracker.token_file) if the store has none."""
+        """Serve the dashboard and API. Makes a first write token (in tracker.token_file) if the store has none."""
         import uvicorn
 
         from services.tracker.app import create_app
         from services.tracker.store import Store
 
         tcfg = load_or_exit(config, []).tracker
-        store = Store(db or tcfg.db_url)
+        store = Store(db or tcfg.db_url, crash_after_s=tcfg.crash_after_s)
         if store.count_tokens() == 0:
-            token = store.create_token("first")
-            _write_token_file(tcfg.token_file, token)
-            typer.echo(f"created the first API token; clients read it from {tcfg.token_file} "
-                       f"(or set {tcfg.token_env}={token})")
+            _write_token_file(tcfg.token_file, store.create_token("first", scope="write"))
+            typer.echo(f"created the first API token (scope write) in {tcfg.token_file} (mode 0600); "
+                       "local clients read it from there")
         protected = tcfg.read_protected if read_protected is None else read_protected
-        api = create_app(store=store, read_protected=protected, max_body_bytes=int(tcfg.max_body_mb * 1024 * 1024))
-        typer.echo(f"moelab tracker on http://{host}:{port or tcfg.port} (store: {store.url})")
+        hosts = served_hosts(tcfg.allowed_hosts, allowed_host, host)
+        api = create_app(store=store, read_protected=protected, max_body_bytes=int(tcfg.max_body_mb * 1024 * 1024),
+                         allowed_hosts=hosts)
+        typer.echo(f"moelab tracker on http://{host}:{port or tcfg.port} (store: {store.url}; "
+                   f"answers Host {', '.join(hosts)}{'; reads need a token' if protected else ''})")
         uvicorn.run(api, host=host, port=port or tcfg.port, log_level="warning")
 
     @group.command("token")
     def token(
         db: str | None = DB_OPT,
         name: str = typer.Option("default", "--name", help="A label for the token (who or what uses it)."),
+        scope: str = typer.Option("write", "--scope", help="read (dashboard, API reads), write (+ ingest) or admin "
+                                                           "(+ delete runs)."),
         config: str | None = CONFIG_OPT,
         save: bool = typer.Option(False, "--save", help="Also write it to tracker.token_file for local clients."),
+        revoke: str | None = typer.Option(None, "--revoke", help="Revoke tokens by id, by name, or the token itself."),
+        list_: bool = typer.Option(False, "--list", help="List tokens (id, name, scope, state); never their values."),
     ) -> None:
-        """Create an API token for writes and print it (the store keeps only its SHA-256)."""
-        from services.tracker.store import Store
+        """Create an API token and print it (the store keeps only its SHA-256), or list/revoke tokens."""
+        from services.tracker.store import SCOPES, Store
 
         tcfg = load_or_exit(config, []).tracker
-        tok = Store(db or tcfg.db_url).create_token(name)
+        store = Store(db or tcfg.db_url)
+        if list_:
+            for t in store.list_tokens():
+                typer.echo(f"{t['id']:>4}  {t['name']:<24} {t['scope']:<6} {'revoked' if t['revoked'] else 'active'}")
+            return
+        if revoke is not None:
+            n = store.revoke_tokens(revoke)
+            if n == 0:
+                typer.secho(f"no active token matches {revoke!r} (by id, name or value)", fg=typer.colors.RED, err=True)
+                raise typer.Exit(code=1)
+            typer.echo(f"revoked {n} token(s); servers stop accepting them within a few seconds")
+            return
+        if scope not in SCOPES:
+            typer.secho(f"--scope must be one of {', '.join(SCOPES)}, got {scope!r}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2)
+        tok = store.create_token(name, scope=scope)
         if save:
             _write_token_file(tcfg.token_file, tok)
         typer.echo(tok)
@@ -76,11 +112,13 @@ def register(app: typer.Typer) -> None:
         token: str | None = typer.Option(None, "--token", help="API token (default: env var or token file)."),
         config: str | None = CONFIG_OPT,
     ) -> None:
-        """Upload runs spooled offline or while the server was down; exits 1 if the server is unreachable."""
+        """Upload runs spooled offline or while the server was down, and offer refused ops again.
+
+        Exits 1 if the server is unreachable, 2 if it still refuses something (each listed, kept)."""
         from shared import tracking
 
         tcfg = load_or_exit(config, []).tracker
-        tok = tracking._resolve_token(token, tcfg.token_env, tcfg.token_file)
+        tok = tracking.resolve_token(token, tcfg.token_env, tcfg.token_file)
         try:
             sent = tracking.sync(spool_dir or tcfg.spool_dir, url or tcfg.url, tok)
         except ConnectionError as exc:
@@ -89,5 +127,11 @@ def register(app: typer.Typer) -> None:
         for run_id, n in sent.items():
             typer.echo(f"{run_id}: {n} batches uploaded")
         typer.echo(f"synced {len(sent)} runs")
+        for r in sent.refused:
+            op = r.get("op", {})
+            typer.secho(f"still refused: {op.get('op', '?')} of run {op.get('run', '?')}: {r['error'][:300]} "
+                        f"(kept in {r['file']})", fg=typer.colors.RED, err=True)
+        if sent.refused:
+            raise typer.Exit(code=2)
 
     app.add_typer(group, name="tracker")

@@ -1,7 +1,9 @@
 """Per-stage statistics: documents in/kept, removed per reason, bytes, seconds; merged across units.
 
 Every removed document is attributed to the first filter that removed it, with that filter's
-reason; the pipeline writes these numbers as JSON and reports the funnel to the tracker.
+reason; a check a filter could not apply (no stop-word list for the language, no word units) is
+counted under `skipped` with its reason. The pipeline writes these numbers as JSON and reports the
+funnels to the tracker.
 """
 
 from __future__ import annotations
@@ -23,21 +25,25 @@ class StageStats:
     bytes_in: int = 0
     bytes_kept: int = 0
     seconds: float = 0.0
+    skipped: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "in": self.docs_in, "kept": self.kept, "removed": dict(sorted(self.removed.items())),
             "bytes_in": self.bytes_in, "bytes_kept": self.bytes_kept, "seconds": round(self.seconds, 4),
+            "skipped": dict(sorted(self.skipped.items())),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageStats:
-        return cls(d["name"], d["in"], d["kept"], Counter(d["removed"]), d["bytes_in"], d["bytes_kept"], d["seconds"])
+        return cls(d["name"], d["in"], d["kept"], Counter(d["removed"]), d["bytes_in"], d["bytes_kept"], d["seconds"],
+                   Counter(d.get("skipped", {})))
 
     def merge(self, other: StageStats) -> None:
         self.docs_in += other.docs_in
         self.kept += other.kept
         self.removed.update(other.removed)
+        self.skipped.update(other.skipped)
         self.bytes_in += other.bytes_in
         self.bytes_kept += other.bytes_kept
         self.seconds += other.seconds
@@ -61,6 +67,9 @@ class Chain:
             t0 = clock()
             reason = f.check(doc)
             st.seconds += clock() - t0
+            if doc.skips:
+                st.skipped.update(doc.skips)
+                doc.skips.clear()
             if reason is not None:
                 st.removed[reason] += 1
                 return f.name, reason

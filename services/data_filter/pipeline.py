@@ -1,4 +1,8 @@
-"""The data filter stage: units -> filter chains (Ray Data actor pool) -> MinHash dedup -> shards.
+"""The data filter stage: units -> filter chains (Ray Data actor pool) -> MinHash dedup -> fitted filters -> shards.
+
+Dedup runs before the fitted filters (as CCNet deduplicates before its LM filter): the perplexity
+model is then fitted and cross-validated on distinct documents (a duplicate in the other fold would
+be memorised and look unusually fluent), and a cluster's kept member is the one scored.
 
 Layout of `out_dir`:
   part-00000.parquet ...  kept documents, schema (id, text, source, meta), input order
@@ -6,7 +10,7 @@ Layout of `out_dir`:
   stats.json              per-stage counts (in, kept, removed per reason, bytes, seconds), funnel
   rejects.jsonl           every bad input line with its file, line and reason
   removed_samples.jsonl   up to `samples_per_reason` removed documents per (filter, reason)
-  work/                   per-unit results and the dedup map; what a rerun resumes from
+  work/                   per-unit results, the fitted pass, the dedup map; what a rerun resumes from
 Determinism: units are planned from the inputs alone, each unit's rows keep file order, dedup
 keeps the first document of a cluster, shards are cut by row count; so 1 worker, 2 workers and
 a killed-then-resumed run write byte-identical shards.
@@ -27,10 +31,11 @@ import pyarrow.parquet as pq
 
 from services.data_filter.accounting import merge_stage_lists
 from services.data_filter.dedup.lsh import find_duplicates
+from services.data_filter.fitting import fitted_path, run_fitted
 from services.data_filter.io.readers import Unit, plan_units
 from services.data_filter.io.writer import OUTPUT_SCHEMA, sha256, write_json, write_jsonl, write_parquet
 from services.data_filter.report import report_funnel
-from services.data_filter.worker import UnitProcessor, unit_paths
+from services.data_filter.worker import UnitProcessor, meta_json, unit_paths
 from shared.config.data import DataConfig
 
 Progress = Callable[[int, int], None]
@@ -42,6 +47,7 @@ class RunMismatch(RuntimeError):
 
 def fingerprint(data: DataConfig, units: list[Unit]) -> str:
     body = json.dumps({"filter": data.filter.model_dump(mode="json", exclude={"workers", "actor_cpus", "ray_address"}),
+                       "chains": {k: c.model_dump(mode="json") for k, c in data.resolved_chains().items()},
                        "units": [dataclasses.asdict(u) for u in units]}, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
@@ -55,6 +61,7 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
     if not data.inputs:
         raise ValueError("data.inputs is empty: add at least one source (name, kind, paths)")
     fcfg = data.filter
+    chains = data.resolved_chains()
     out = Path(out_dir or data.out_dir)
     work = out / "work"
     t_start = time.perf_counter()
@@ -74,16 +81,15 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
     t0 = time.perf_counter()
     if pending:
         if fcfg.workers <= 0:
-            proc = UnitProcessor(fcfg)
+            proc = UnitProcessor(fcfg, chains)
             for u in pending:
                 proc.process(u, work)
                 done += 1
                 if progress:
                     progress(done, len(units))
         else:
-            _run_ray(fcfg, pending, work, lambda: progress(None, len(units)) if progress else None)
+            _run_ray(fcfg, chains, pending, work, lambda: progress(None, len(units)) if progress else None)
     filter_seconds = time.perf_counter() - t0
-    unit_stats = [json.loads(unit_paths(work, u.index)["stats"].read_text()) for u in units]
     rows = [str(unit_paths(work, u.index)["rows"]) for u in units]
     t0 = time.perf_counter()
     dup_file = work / "dedup.json"
@@ -95,9 +101,20 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
         dups = find_duplicates(rows, fcfg.dedup.bands, fcfg.workers, fcfg.actor_cpus)
         write_json({str(k): v for k, v in sorted(dups.items())}, dup_file)
     dedup_seconds = time.perf_counter() - t0
-    shards, dedup_samples, written = _write_shards(rows, dups, out, fcfg.shard_docs, fcfg.samples_per_reason)
+    fitted_summary = run_fitted(units, work, chains, set(dups))
+    fitted = {u.index: json.loads(p.read_text()) for u in units if (p := fitted_path(work, u.index)).is_file()}
+    unit_stats = [json.loads(unit_paths(work, u.index)["stats"].read_text()) for u in units]
+    for s in unit_stats:
+        if s["unit"] in fitted:
+            s["stages"].append(fitted[s["unit"]]["stage"])
+            s["fitted_removed"] = fitted[s["unit"]]["stage"]["in"] - fitted[s["unit"]]["stage"]["kept"]
+    removed_fitted = {int(k): r for f in fitted.values() for k, r in f["removed"].items()}
+    scores = {int(k): v for f in fitted.values() for k, v in f["scores"].items()}
+    shards, extra_samples, written = _write_shards(rows, dups, removed_fitted, scores, out, fcfg.shard_docs,
+                                                   fcfg.samples_per_reason)
     stats = _summarise(unit_stats, dups, written, filter_seconds, dedup_seconds, time.perf_counter() - t_start)
-    _merge_side_files(units, work, out, dedup_samples, fcfg.samples_per_reason)
+    stats["fitted"] = fitted_summary
+    _merge_side_files(units, work, out, extra_samples, fcfg.samples_per_reason)
     stats["tracker"] = report_funnel(stats, experiment)
     write_json(stats, out / "stats.json")
     write_json({"schema": [f.name for f in OUTPUT_SCHEMA], "shards": shards, "documents": written,
@@ -105,7 +122,7 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
     return stats
 
 
-def _run_ray(fcfg, pending: list[Unit], work: Path, tick) -> None:
+def _run_ray(fcfg, chains, pending: list[Unit], work: Path, tick) -> None:
     import ray
 
     from services.data_filter.worker import RayUnitActor
@@ -115,7 +132,8 @@ def _run_ray(fcfg, pending: list[Unit], work: Path, tick) -> None:
     items = [{"unit": json.dumps(dataclasses.asdict(u))} for u in pending]
     ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         RayUnitActor,
-        fn_constructor_args=(fcfg.model_dump_json(), str(work.resolve())),
+        fn_constructor_args=(fcfg.model_dump_json(), json.dumps({k: c.model_dump(mode="json") for k, c in chains.items()}),
+                             str(work.resolve())),
         batch_size=1,
         compute=ray.data.ActorPoolStrategy(size=fcfg.workers),
         num_cpus=fcfg.actor_cpus,
@@ -124,10 +142,16 @@ def _run_ray(fcfg, pending: list[Unit], work: Path, tick) -> None:
         tick()
 
 
-def _write_shards(rows: list[str], dups: dict[int, int], out: Path, per_shard: int, n_samples: int):
-    """Cut kept, non-duplicate rows into shards of `per_shard` documents; skip shards already written."""
+def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, str], scores: dict[int, list[float]],
+                  out: Path, per_shard: int, n_samples: int):
+    """Cut kept rows (not removed by a fitted filter, not duplicates) into shards of `per_shard` documents.
+
+    Shards already written are skipped; kept documents' meta gains their perplexity and context gain.
+    """
     shards: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
+    fitted_samples: list[dict[str, Any]] = []
+    per_reason: dict[str, int] = {}
     id_of_key: dict[int, str] = {}
     reps = set(dups.values())
     buf: list[pa.Table] = []
@@ -147,9 +171,29 @@ def _write_shards(rows: list[str], dups: dict[int, int], out: Path, per_shard: i
     for path in rows:
         t = pq.read_table(path, columns=["key", *OUTPUT_SCHEMA.names])
         keys = t.column("key").to_pylist()
-        if reps:
+        if reps:  # before the fitted removals: a duplicate names its representative even when that one went later
             ids = t.column("id").to_pylist()
             id_of_key.update((k, i) for k, i in zip(keys, ids, strict=True) if k in reps)
+        if fitted_out:
+            gone = [i for i, k in enumerate(keys) if k in fitted_out]
+            for i in gone:
+                reason = fitted_out[keys[i]]
+                if per_reason.get(reason, 0) < n_samples:
+                    per_reason[reason] = per_reason.get(reason, 0) + 1
+                    fitted_samples.append({"id": t.column("id")[i].as_py(), "source": t.column("source")[i].as_py(),
+                                           "filter": "perplexity", "reason": reason, "meta": t.column("meta")[i].as_py(),
+                                           "text": t.column("text")[i].as_py()[:2000]})
+            if gone:
+                t = t.filter(pa.array([k not in fitted_out for k in keys], type=pa.bool_()))
+                keys = t.column("key").to_pylist()
+        if scores:
+            metas = t.column("meta").to_pylist()
+            for i, k in enumerate(keys):
+                if k in scores:
+                    m = json.loads(metas[i])
+                    m["perplexity"], m["context_gain"] = scores[k]
+                    metas[i] = meta_json(m)
+            t = t.set_column(t.schema.get_field_index("meta"), "meta", pa.array(metas, type=pa.string()))
         if dups:
             mask = [k not in dups for k in keys]
             for i, k in enumerate(keys):
@@ -166,7 +210,7 @@ def _write_shards(rows: list[str], dups: dict[int, int], out: Path, per_shard: i
         s["duplicate_of"] = id_of_key.get(s.pop("rep_key"), "")
         s.pop("key")
         s.update({"filter": "dedup", "reason": "near_duplicate", "meta": "{}"})
-    return shards, samples, written
+    return shards, fitted_samples + samples, written
 
 
 def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[str, Any]:
@@ -180,26 +224,41 @@ def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[st
     chains: dict[str, list] = {}
     for kind in sorted({s["kind"] for s in unit_stats}):
         chains[kind] = merge_stage_lists([s["stages"] for s in unit_stats if s["kind"] == kind])
-    by_source: dict[str, dict[str, int]] = {}
+    source_of_unit = {s["unit"]: s["source"] for s in unit_stats}
+    dups_per_source: dict[str, int] = {}
+    for key in dups:
+        src = source_of_unit[key >> 32]
+        dups_per_source[src] = dups_per_source.get(src, 0) + 1
+    by_source: dict[str, dict[str, Any]] = {}
     for s in unit_stats:
-        d = by_source.setdefault(s["source"], {"records": 0, "docs": 0, "kept": 0})
-        d["records"] += s["records"]
-        d["docs"] += s["docs"]
-        d["kept"] += s["kept"]
-    funnel = [
-        {"stage": "read", "docs": records},
-        {"stage": "valid", "docs": docs},
-        {"stage": "filters", "docs": kept},
-        {"stage": "dedup", "docs": kept - len(dups)},
-        {"stage": "written", "docs": written},
-    ]
+        d = by_source.setdefault(s["source"], {"kind": s["kind"], "records": 0, "docs": 0, "kept": 0, "fitted_removed": 0,
+                                               "removed": {}})
+        for k in ("records", "docs", "kept", "fitted_removed"):
+            d[k] += s.get(k, 0)
+        for st in s["stages"]:
+            for reason, n in st["removed"].items():
+                tag = f"{st['name']}:{reason}"
+                d["removed"][tag] = d["removed"].get(tag, 0) + n
+    for src, d in by_source.items():
+        d["near_duplicates"] = dups_per_source.get(src, 0)
+        d["written"] = d["kept"] - d["near_duplicates"] - d["fitted_removed"]
+        d["removed"] = dict(sorted(d["removed"].items()))
+        d["funnel"] = _funnel(d["records"], d["docs"], d["kept"], d["kept"] - d["near_duplicates"], d["written"], d["written"])
+    fitted_removed = sum(d["fitted_removed"] for d in by_source.values())
     return {
         "records": records, "rejected": dict(sorted(rejected.items())), "docs": docs, "kept_after_filters": kept,
         "documents_in": records, "documents_out": written,
-        "near_duplicates": len(dups), "written": written, "chains": chains, "sources": by_source, "funnel": funnel,
+        "near_duplicates": len(dups), "written": written, "chains": chains, "sources": by_source,
+        "funnel": _funnel(records, docs, kept, kept - len(dups), kept - len(dups) - fitted_removed, written),
         "seconds": {"filters": round(filter_s, 3), "dedup": round(dedup_s, 3), "total": round(total_s, 3)},
         "units": len(unit_stats),
     }
+
+
+def _funnel(records: int, valid: int, kept: int, deduped: int, fitted: int, written: int) -> list[dict[str, Any]]:
+    return [{"stage": "read", "docs": records}, {"stage": "valid", "docs": valid}, {"stage": "filters", "docs": kept},
+            {"stage": "dedup", "docs": deduped}, {"stage": "perplexity", "docs": fitted},
+            {"stage": "written", "docs": written}]
 
 
 def _merge_side_files(units: list[Unit], work: Path, out: Path, dedup_samples: list[dict[str, Any]], limit: int) -> None:

@@ -1,6 +1,7 @@
 """Send the filter funnel and per-stage removals to the tracker through `shared.tracking`.
 
-The funnel (read -> valid -> after filters -> after dedup -> written) goes as a `funnel` event;
+The funnel (read -> valid -> after streaming filters -> after dedup -> after perplexity -> written)
+goes as a `funnel` event named `documents`, and one per input source as `documents/<source>`;
 per-chain, per-filter removal counts as scalars `data_filter/<kind>/<filter>/removed`. The
 client spools when the server is down (never blocks the stage for long, never loses the points).
 Returns a short status string that stats.json records.
@@ -25,6 +26,8 @@ def report_funnel(stats: dict[str, Any], experiment: Any = None, timeout: float 
                         parent=os.environ.get("MOELAB_PARENT_RUN"))
     try:
         run.log_funnel({f["stage"]: int(f["docs"]) for f in stats["funnel"]}, name="documents")
+        for source, d in stats["sources"].items():
+            run.log_funnel({f["stage"]: int(f["docs"]) for f in d["funnel"]}, name=f"documents/{source}")
         scalars: dict[str, float] = {"data_filter/records": stats["records"], "data_filter/written": stats["written"],
                                      "data_filter/near_duplicates": stats["near_duplicates"]}
         for reason, n in stats["rejected"].items():

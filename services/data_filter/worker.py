@@ -18,7 +18,7 @@ from services.data_filter.dedup.minhash import Signer
 from services.data_filter.filters import build_chain
 from services.data_filter.io.readers import Reject, Unit, read_unit
 from services.data_filter.io.writer import write_json, write_jsonl, write_parquet
-from shared.config.filters import FilterConfig
+from shared.config.chains import ChainConfig, FilterConfig
 
 PREVIEW_CHARS = 2000
 
@@ -39,26 +39,31 @@ def meta_json(meta: dict[str, Any]) -> str:
 
 
 class UnitProcessor:
-    """Holds the built chains (models loaded once) and processes units."""
+    """Holds the built chains (models loaded once) and processes units.
 
-    def __init__(self, cfg: FilterConfig):
+    `chains` maps each input's name to its resolved chain (`DataConfig.resolved_chains()`), so every
+    input runs its own chain; `config check` has already validated them all.
+    """
+
+    def __init__(self, cfg: FilterConfig, chains: dict[str, ChainConfig]):
         self.cfg = cfg
+        self.chains = chains
         self._filters: dict[str, list] = {}
         d = cfg.dedup
         self.signer = Signer(d.ngram, d.bands, d.rows, d.seed) if d.enabled else None
 
-    def filters(self, kind: str):
-        if kind not in self._filters:
-            if kind not in self.cfg.chains:
-                raise KeyError(f"data.filter.chains has no chain for source kind {kind!r}")
-            self._filters[kind] = build_chain(self.cfg.chains[kind])
-        return self._filters[kind]
+    def filters(self, source: str):
+        if source not in self._filters:
+            if source not in self.chains:
+                raise KeyError(f"no resolved filter chain for input {source!r}")
+            self._filters[source] = build_chain(self.chains[source])
+        return self._filters[source]
 
     def process(self, unit: Unit, work: Path) -> dict[str, Any]:
         paths = unit_paths(work, unit.index)
         if paths["stats"].is_file():
             return json.loads(paths["stats"].read_text())
-        chain = Chain(self.filters(unit.kind))
+        chain = Chain(self.filters(unit.source))
         keep_rows: dict[str, list] = {"key": [], "id": [], "text": [], "source": [], "meta": []}
         rejects: list[dict[str, Any]] = []
         removed: list[dict[str, Any]] = []
@@ -105,8 +110,9 @@ class UnitProcessor:
 class RayUnitActor:
     """Ray Data callable class: one per actor, so fastText/KenLM models load once per actor."""
 
-    def __init__(self, cfg_json: str, work: str):
-        self.proc = UnitProcessor(FilterConfig.model_validate_json(cfg_json))
+    def __init__(self, cfg_json: str, chains_json: str, work: str):
+        chains = {name: ChainConfig.model_validate(c) for name, c in json.loads(chains_json).items()}
+        self.proc = UnitProcessor(FilterConfig.model_validate_json(cfg_json), chains)
         self.work = Path(work)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:

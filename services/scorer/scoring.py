@@ -6,7 +6,8 @@ demo runs two 1-thread actors at 0.5 CPU each on 2 cores: both cores compute, an
 keep a CPU share). The pool autoscales between
 `scorer.scoring.actors_min` and `actors_max`; actors take fractional CPUs (`actor_cpus`, 0.5 by
 default) because Ray Data on a 2-CPU machine deadlocks when the pool holds every CPU, and
-`actor_gpus=1` puts them on GPUs on a cluster.
+`actor_gpus=1` (with `actor_accelerator_type`) puts them on GPU nodes of a cluster; each actor
+runs the backbone on CUDA when it sees a GPU (`scoring.device`).
 
 Resumable by shard: an input shard's scores are written atomically to `scores/<name>.parquet`
 once all its rows are back, and the manifest lists finished shards; a rerun skips them. A killed
@@ -42,15 +43,16 @@ class ScorerActor:
     """Holds one CascadeScorer; called by Ray Data with a pyarrow batch, returns it with score columns."""
 
     def __init__(self, out_dir: str, scorer_cfg: dict, kinds: dict[str, str], crash_marker: str | None = None):
+        import torch
+
         from services.scorer.cascade import CascadeScorer
         from shared.config.scorer import ScorerConfig
 
         scfg = ScorerConfig.model_validate(scorer_cfg)
         if scfg.scoring.threads_per_actor:
-            import torch
-
             torch.set_num_threads(scfg.scoring.threads_per_actor)
-        device = "cuda" if scfg.scoring.actor_gpus > 0 else "cpu"
+        want = scfg.scoring.device
+        device = "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
         self.scorer = CascadeScorer.load(out_dir, scfg, device=device)
         self.kinds = kinds
         self.crash_marker = crash_marker
@@ -103,6 +105,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
             compute=ray.data.ActorPoolStrategy(min_size=scfg.scoring.actors_min, max_size=scfg.scoring.actors_max),
             num_cpus=scfg.scoring.actor_cpus,
             num_gpus=scfg.scoring.actor_gpus or None,
+            **({"accelerator_type": scfg.scoring.actor_accelerator_type} if scfg.scoring.actor_accelerator_type else {}),
             batch_size=scfg.scoring.batch_size,
             batch_format="pyarrow",
         )

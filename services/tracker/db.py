@@ -30,6 +30,8 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
+    text,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -63,6 +65,8 @@ class Run(Base):
     created: Mapped[float] = mapped_column(Float, index=True)
     finished: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated: Mapped[float] = mapped_column(Float)
+    # last sign of life (init, batch, heartbeat): a running run silent for crash_after_s is crashed
+    last_seen: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class RunTag(Base):
@@ -112,7 +116,7 @@ class Histogram(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     key: Mapped[str] = mapped_column(String(200))
-    step: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
     wall: Mapped[float] = mapped_column(Float)
     values: Mapped[list] = mapped_column(JSON)
     edges: Mapped[list | None] = mapped_column(JSON, nullable=True)
@@ -126,7 +130,7 @@ class EventRow(Base):
     kind: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict] = mapped_column(JSON, default=dict)
-    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     wall: Mapped[float] = mapped_column(Float)
 
 
@@ -138,7 +142,7 @@ class Artifact(Base):
     kind: Mapped[str] = mapped_column(String(64))
     path: Mapped[str] = mapped_column(Text)
     sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     meta: Mapped[dict] = mapped_column(JSON, default=dict)
     created: Mapped[float] = mapped_column(Float)
 
@@ -152,7 +156,7 @@ class IngestedBatch(Base):
 
 
 class ApiToken(Base):
-    """Write tokens; only the SHA-256 of a token is stored."""
+    """API tokens with a scope (read < write < admin); only the SHA-256 of a token is stored."""
 
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -160,6 +164,19 @@ class ApiToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created: Mapped[float] = mapped_column(Float, default=time.time)
     revoked: Mapped[bool] = mapped_column(default=False)
+    scope: Mapped[str] = mapped_column(String(8), default="write", server_default="write")
+
+
+class BrowserSession(Base):
+    """A dashboard login: the browser holds a random session id (HttpOnly cookie), never the token.
+
+    A session grants reads only and dies with its token (revoking the token ends its sessions)."""
+
+    __tablename__ = "browser_sessions"
+    session_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    created: Mapped[float] = mapped_column(Float)
+    expires: Mapped[float] = mapped_column(Float)
 
 
 def is_sqlite(url: str) -> bool:
@@ -188,4 +205,21 @@ def make_engine(url: str) -> Engine:
     else:
         engine = create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
     Base.metadata.create_all(engine)
+    upgrade(engine)
     return engine
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring a store made by an older tracker up to these tables: add the columns it lacks and
+    widen 32-bit step columns on PostgreSQL (SQLite's INTEGER is 64-bit already)."""
+    insp = inspect(engine)
+    added = {("runs", "last_seen"): "FLOAT", ("api_tokens", "scope"): "VARCHAR(8) DEFAULT 'write' NOT NULL"}
+    with engine.begin() as conn:
+        for (table, column), ddl in added.items():
+            if column not in {c["name"] for c in insp.get_columns(table)}:
+                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+        if not is_sqlite(str(engine.url)):
+            for table, column in (("histograms", "step"), ("events", "step"), ("artifacts", "size")):
+                kind = next(c["type"] for c in insp.get_columns(table) if c["name"] == column)
+                if not isinstance(kind, BigInteger):
+                    conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE BIGINT"))

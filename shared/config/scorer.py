@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from shared.config.base import Section
+from shared.config.vllm import VLLMOracleConfig
 
 
 class HeuristicOracleSection(Section):
@@ -45,15 +46,6 @@ class OpenAIOracleSection(Section):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
 
 
-class VLLMOracleSection(Section):
-    model: str = Field("openai/gpt-oss-120b", description="Oracle model name or path.")
-    tensor_parallel_size: int = Field(8, ge=1, le=64, description="vLLM tensor-parallel size per engine.")
-    concurrency: int = Field(1, ge=1, le=1024, description="vLLM engine replicas (Ray Data actors).")
-    batch_size: int = Field(64, ge=1, le=4096, description="Documents per Ray Data batch sent to one vLLM engine.")
-    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
-
-
 class OracleConfig(Section):
     backend: Literal["vllm", "openai", "heuristic"] = Field(
         "heuristic", description="vllm (Ray Data + vLLM), openai (any compatible endpoint), heuristic (CPU demo stand-in)."
@@ -69,7 +61,9 @@ class OracleConfig(Section):
     seed: int = Field(0, ge=0, description="Seed for choosing the labelled sample and its degraded copies.")
     heuristic: HeuristicOracleSection = Field(default_factory=HeuristicOracleSection, description="Stand-in oracle.")
     openai: OpenAIOracleSection = Field(default_factory=OpenAIOracleSection, description="OpenAI-compatible endpoint.")
-    vllm: VLLMOracleSection = Field(default_factory=VLLMOracleSection, description="Ray Data + vLLM engines.")
+    vllm: VLLMOracleConfig = Field(
+        default_factory=VLLMOracleConfig, description="Ray Data + vLLM engines: model, TP × replicas, placement."
+    )
 
     def backend_section(self) -> Section:
         """The sub-section of the chosen backend (what its `from_config` reads)."""
@@ -157,7 +151,13 @@ class ScoringConfig(Section):
         0.25, gt=0, le=64, description="CPUs per Parquet read task (fractional: on nodes whose CPUs the actors "
         "hold, a 1-CPU read task would never be scheduled)."
     )
-    actor_gpus: float = Field(0.0, ge=0, le=8, description="GPUs per actor (0 on CPU; 1 on a GPU cluster).")
+    actor_gpus: float = Field(0.0, ge=0, le=8, description="GPUs per actor Ray reserves (0 on CPU; 1 on a GPU cluster).")
+    actor_accelerator_type: str | None = Field(
+        None, min_length=1, description="Ray accelerator type the actors need (e.g. L40S); None = any node with the GPUs."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where an actor runs the backbone: auto = CUDA when the actor sees one, else CPU."
+    )
     batch_size: int = Field(64, ge=1, le=65536, description="Documents per Ray Data batch handed to an actor.")
     micro_batch: int = Field(16, ge=1, le=4096, description="Backbone windows per call inside an actor, grouped by length.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Backbone dtype (bfloat16 on GPU; CPUs here lack bf16).")

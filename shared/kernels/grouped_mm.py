@@ -153,5 +153,12 @@ def grouped_mm(x_TI: Tensor, w_EOI: Tensor, counts_E: Tensor, backend: str = "au
         raise ValueError(f"grouped_mm expects x (T, I) and w (E, O, I); got {tuple(x_TI.shape)} and {tuple(w_EOI.shape)}")
     if counts_E.shape != (w_EOI.shape[0],):
         raise ValueError(f"counts_E must have shape ({w_EOI.shape[0]},), got {tuple(counts_E.shape)}")
+    device_type = x_TI.device.type
+    if torch.is_autocast_enabled(device_type):
+        # Autocast has no rule for `_grouped_mm` (nor for this custom function): without this the
+        # experts of a bf16-autocast run would multiply fp32 weights by fp32 activations — or fail
+        # on a bf16 input — while every other GEMM runs in bf16. Cast as autocast casts `mm`.
+        dtype = torch.get_autocast_dtype(device_type)
+        x_TI, w_EOI = x_TI.to(dtype), w_EOI.to(dtype)
     backend = resolve_backend(backend, x_TI.device)
     return _GroupedMM.apply(x_TI, w_EOI, counts_E, backend)

@@ -92,10 +92,10 @@ class DelayedScalingState(nn.Module):
         new = fmt.max / torch.where(amax > 0, amax, 1.0) / 2.0**self.params.margin
         return torch.where((amax > 0) & torch.isfinite(amax), new, self.scale[role])
 
-    def quantize(self, role_name: str, t: torch.Tensor, fmt: FloatFormat, mode: UpdateMode) -> torch.Tensor:
-        """Quantise → dequantise t (groups, rows, cols) with each group's delayed scale; fp32 result."""
+    def step_scale(self, role_name: str, t: torch.Tensor, fmt: FloatFormat, mode: UpdateMode) -> torch.Tensor:
+        """The scale (groups,) to cast t (groups, rows, cols) with; in `train` mode t's amax then enters
+        the history. Shared by the emulation (`quantize`) and the native fp8 GEMMs, which cast with it."""
         role = ROLES[role_name]
-        t = t.float()
         if t.shape[0] != self.scale.shape[1]:
             raise ValueError(f"delayed-scaling state has {self.scale.shape[1]} groups, the GEMM has {t.shape[0]}")
         if mode == "recompute":
@@ -104,9 +104,14 @@ class DelayedScalingState(nn.Module):
             scale = self.scale_from_history(role, fmt)
         if mode == "train":
             self.scale[role] = scale
-            amax = t.abs().amax(dim=(1, 2)) if t.numel() else torch.zeros_like(scale)
+            amax = t.detach().abs().amax(dim=(1, 2)).float() if t.numel() else torch.zeros_like(scale)
             self.amax_history[:, role] = torch.cat([amax[None], self.amax_history[:-1, role]])
             self._pushed[role] += 1
             self.unreduced = max(self._pushed)
-        s = scale[:, None, None]
+        return scale
+
+    def quantize(self, role_name: str, t: torch.Tensor, fmt: FloatFormat, mode: UpdateMode) -> torch.Tensor:
+        """Quantise → dequantise t (groups, rows, cols) with each group's delayed scale; fp32 result."""
+        t = t.float()
+        s = self.step_scale(role_name, t, fmt, mode)[:, None, None]
         return round_to_format(t * s, fmt) / s  # round_to_format saturates at ±fmt.max

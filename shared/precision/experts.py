@@ -9,14 +9,20 @@ experts (expert mode) and for attention / dense-FFN projections (dense mode), ke
 head stays in high precision (as in DeepSeek-V3 and NVIDIA's NVFP4 recipe).
 
 Backends (`precision.backend`): `te` runs the GEMMs of CUDA tensors through transformer-engine
-(`shared.precision.te_backend`), `emulate` through the quantise → dequantise emulation
-(`shared.precision.matmul`), `auto` picks te for CUDA tensors when TE is installed and the
-recipe has a TE equivalent, else the emulation (so a CPU run of a GPU config emulates). With
+(`shared.precision.te_backend`), `native` through PyTorch's own fp8 GEMMs (`torch._scaled_mm`,
+`shared.precision.native`), `emulate` through the quantise → dequantise emulation
+(`shared.precision.matmul`). `auto` picks, per mode, te where TE is installed and can run the
+recipe on this GPU, else native where the GPU and torch can, else the emulation (so a CPU run of
+a GPU config emulates), and logs the choice and why; `model.precision_backends` keeps it for the
+trainer to report. With
 delayed fp8 scaling each GEMM site keeps its amax history in a `DelayedScalingState` buffer
 (`...gmm.delayed.<out>x<in>.amax_history`, `...w1.delayed.amax_history`), saved with checkpoints.
 """
 
 from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -24,8 +30,11 @@ from torch import Tensor, nn
 from shared.config.precision import PrecisionConfig
 from shared.precision.delayed import DelayedScalingState
 from shared.precision.matmul import lp_grouped_linear, lp_linear
+from shared.precision.native import native_grouped_linear, native_linear, native_status
 from shared.precision.recipe import GemmRecipe, gemm_recipe
 from shared.precision.te_backend import TELinearRunner, te_autocast, te_grouped_linear, te_status
+
+log = logging.getLogger(__name__)
 
 
 def _site(out_features: int, in_features: int) -> str:
@@ -45,10 +54,12 @@ class LowPrecisionGroupedMM(nn.Module):
 
     def __init__(
         self, recipe: GemmRecipe, n_groups: int = 1, sites: tuple[tuple[int, int], ...] = (),
-        te: TELinearRunner | None = None, require_te: bool = False,
+        te: TELinearRunner | None = None, require_te: bool = False, native: bool = False,
+        require_native: bool = False,
     ) -> None:  # fmt: skip
         super().__init__()
         self.recipe, self.n_groups, self.te, self.require_te = recipe, n_groups, te, require_te
+        self.native, self.require_native = native, require_native
         self.delayed = nn.ModuleDict()
         if recipe.delayed is not None:
             for out_f, in_f in sites:
@@ -66,10 +77,13 @@ class LowPrecisionGroupedMM(nn.Module):
         if self.te is not None and (x.is_cuda or self.require_te):
             counts_list = [int(c) for c in (counts.tolist() if torch.is_tensor(counts) else counts)]
             return te_grouped_linear(self.te, (w.shape[1], w.shape[2]), x, w, counts_list)
+        if self.native and (x.is_cuda or self.require_native):
+            return native_grouped_linear(x, w, counts, self.recipe, self._state(w))
         return lp_grouped_linear(x, w, counts, self.recipe, self._state(w))
 
     def extra_repr(self) -> str:
-        return f"{self.recipe.mode}, backend={'te' if self.te is not None else 'emulate'}"
+        backend = "te" if self.te is not None else "native" if self.native else "emulate"
+        return f"{self.recipe.mode}, backend={backend}"
 
 
 class LowPrecisionLinear(nn.Linear):
@@ -79,7 +93,8 @@ class LowPrecisionLinear(nn.Linear):
 
     @classmethod
     def wrap(
-        cls, linear: nn.Linear, recipe: GemmRecipe, te: TELinearRunner | None = None, require_te: bool = False
+        cls, linear: nn.Linear, recipe: GemmRecipe, te: TELinearRunner | None = None, require_te: bool = False,
+        native: tuple[bool, bool] = (False, False),
     ) -> LowPrecisionLinear:
         new = cls.__new__(cls)
         nn.Module.__init__(new)
@@ -88,6 +103,7 @@ class LowPrecisionLinear(nn.Linear):
         new.bias = linear.bias
         new.recipe = recipe
         new._te = {"runner": te, "require": require_te}  # a dict, so TE's module is not a submodule
+        new._native = {"use": native[0], "require": native[1]}
         if recipe.delayed is not None:
             new.delayed = DelayedScalingState(1, recipe.delayed).to(linear.weight.device)
         return new
@@ -96,13 +112,15 @@ class LowPrecisionLinear(nn.Linear):
         runner = self._te["runner"]
         if runner is not None and (x.is_cuda or self._te["require"]):
             y = runner.linear("linear", x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
+        elif self._native["use"] and (x.is_cuda or self._native["require"]):
+            y = native_linear(x, self.weight, self.recipe, getattr(self, "delayed", None))
         else:
             y = lp_linear(x, self.weight, self.recipe, getattr(self, "delayed", None))
         return y if self.bias is None else y + self.bias
 
 
 def _swap_linears(
-    module: nn.Module, recipe: GemmRecipe, te: TELinearRunner | None, require_te: bool, skip: tuple[str, ...] = ()
+    module: nn.Module, recipe: GemmRecipe, choice: BackendChoice, te: TELinearRunner | None, skip: tuple[str, ...] = ()
 ) -> int:
     swapped = 0
     for name, child in list(module.named_children()):
@@ -110,10 +128,11 @@ def _swap_linears(
             continue
         if isinstance(child, nn.Linear) and not isinstance(child, LowPrecisionLinear):
             runner = _fresh_runner(te)  # each layer its own TE module (its own delayed-scaling history)
-            setattr(module, name, LowPrecisionLinear.wrap(child, recipe, runner, require_te))
+            native = (choice.backend == "native", choice.require)
+            setattr(module, name, LowPrecisionLinear.wrap(child, recipe, runner, choice.require and te is not None, native))
             swapped += 1
         elif not hasattr(child, "gmm"):
-            swapped += _swap_linears(child, recipe, te, require_te, skip)
+            swapped += _swap_linears(child, recipe, choice, te, skip)
     return swapped
 
 
@@ -121,22 +140,49 @@ def _fresh_runner(te: TELinearRunner | None) -> TELinearRunner | None:
     return None if te is None else TELinearRunner(te.cfg, te.mode)
 
 
-def _resolve_backend(cfg: PrecisionConfig, mode: str, shape_only: bool) -> tuple[bool, bool]:
-    """(use TE for CUDA tensors, require TE) for `mode`; raises when backend=te cannot run here."""
-    if mode == "bf16" or cfg.backend == "emulate":
-        return False, False
-    unsupported = cfg.te_unsupported_reason(mode)
-    status = te_status(cfg, mode) if unsupported is None else te_status()
+@dataclass(frozen=True)
+class BackendChoice:
+    """Where one mode's GEMMs run: te | native | emulate; `require` = refuse CPU tensors (explicit
+    backend); `why` = the reason for the choice (what the faster backends lacked)."""
+
+    backend: str
+    require: bool = False
+    why: str = ""
+
+
+def resolve_backend(cfg: PrecisionConfig, mode: str, shape_only: bool = False) -> BackendChoice:
+    """The backend `mode`'s GEMMs use under `cfg`; raises when an explicit te/native cannot run here.
+
+    auto: te when TE is installed, has the recipe and this GPU runs it; else native when this GPU
+    and torch run the recipe's fp8 GEMMs (`native_status` probes them); else the emulation. A
+    shape-only model (meta device, e.g. `moelab plan`) never runs a GEMM, so nothing is required.
+    """
+    if mode == "bf16":
+        return BackendChoice("none", why="bf16 GEMMs are plain (autocast) matmuls")
+    if cfg.backend == "emulate":
+        return BackendChoice("emulate", why="precision.backend=emulate")
+    te_why = cfg.te_unsupported_reason(mode) or te_status(cfg, mode)
     if cfg.backend == "te":
-        if unsupported:  # config validation catches this first; kept for configs built by hand
-            raise ValueError(f"model.moe.precision.backend=te: {unsupported}")
-        if status and not shape_only:
+        if te_why and not shape_only:
             raise RuntimeError(
-                f"model.moe.precision.backend=te, but {status}. "
-                "Use backend=auto (TE where it can run, the emulation elsewhere) or backend=emulate."
+                f"model.moe.precision.backend=te, but {te_why}. "
+                "Use backend=auto (TE where it can run, then native fp8, then the emulation) or backend=emulate."
             )
-        return status is None, status is None
-    return status is None and unsupported is None, False  # auto
+        return BackendChoice("te", require=not shape_only, why="precision.backend=te")
+    if cfg.backend == "native":
+        native_why = None if shape_only else native_status(cfg, mode)
+        if native_why:
+            raise RuntimeError(
+                f"model.moe.precision.backend=native, but {native_why}. "
+                "Use backend=auto (emulation where native fp8 cannot run) or backend=emulate."
+            )
+        return BackendChoice("native", require=not shape_only, why="precision.backend=native")
+    if te_why is None:
+        return BackendChoice("te", why="transformer-engine runs this recipe here")
+    native_why = cfg.native_unsupported_reason(mode) if shape_only else native_status(cfg, mode)
+    if native_why is None:
+        return BackendChoice("native", why=f"transformer-engine: {te_why}; torch._scaled_mm runs the recipe")
+    return BackendChoice("emulate", why=f"transformer-engine: {te_why}; native: {native_why}")
 
 
 def apply_precision(model: nn.Module, cfg: PrecisionConfig) -> dict[str, int]:
@@ -146,34 +192,53 @@ def apply_precision(model: nn.Module, cfg: PrecisionConfig) -> dict[str, int]:
     MoE layer's `shared` SwiGLU gets the expert recipe; every other `nn.Linear` except `lm_head`
     gets the dense recipe. A mode whose recipe is inactive (plain bf16) changes nothing. A model
     built on the meta device (shape only, e.g. `moelab precision-report`) never runs a GEMM, so
-    backend=te does not require TE there. When TE runs any GEMM, a TE autocast region wraps the
-    whole forward (hooks on `model`), so delayed-scaling amaxes update once per step as in TE.
+    backend=te/native does not require them there. When TE runs any GEMM, a TE autocast region
+    wraps the whole forward (hooks on `model`), so delayed-scaling amaxes update once per step as
+    in TE. The backend of each active mode is logged (a warning when a CUDA machine emulates) and
+    kept in `model.precision_backends` ({"expert"|"dense": {"mode", "backend", "why"}}).
     """
     shape_only = any(p.device.type == "meta" for p in model.parameters())
     expert, dense = gemm_recipe(cfg, cfg.expert), gemm_recipe(cfg, cfg.dense)
-    runners: dict[str, TELinearRunner | None] = {}
-    require: dict[str, bool] = {}
-    for mode in {cfg.expert, cfg.dense}:
-        use_te, require[mode] = _resolve_backend(cfg, mode, shape_only)
-        runners[mode] = TELinearRunner(cfg, mode) if use_te else None
+    choices = {mode: resolve_backend(cfg, mode, shape_only) for mode in {cfg.expert, cfg.dense}}
+    runners = {mode: TELinearRunner(cfg, mode) if c.backend == "te" and not shape_only else None
+               for mode, c in choices.items()}  # fmt: skip
     counts = {"routed_experts": 0, "expert_linears": 0, "dense_linears": 0}
     for module in list(model.modules()):
         if hasattr(module, "gmm") and expert.active:
+            c = choices[cfg.expert]
             module.gmm = LowPrecisionGroupedMM(
-                expert, _n_experts(module), _expert_sites(module), _fresh_runner(runners[cfg.expert]), require[cfg.expert]
-            )
+                expert, _n_experts(module), _expert_sites(module), _fresh_runner(runners[cfg.expert]),
+                c.require and c.backend == "te", c.backend == "native", c.require and c.backend == "native",
+            )  # fmt: skip
             counts["routed_experts"] += 1
         shared = getattr(module, "shared", None)
         if hasattr(module, "router") and isinstance(shared, nn.Module) and expert.active:
-            counts["expert_linears"] += _swap_linears(shared, expert, runners[cfg.expert], require[cfg.expert])
+            counts["expert_linears"] += _swap_linears(shared, expert, choices[cfg.expert], runners[cfg.expert])
     if dense.active:
         counts["dense_linears"] = _swap_linears(
-            model, dense, runners[cfg.dense], require[cfg.dense], skip=("lm_head", "shared", "router")
+            model, dense, choices[cfg.dense], runners[cfg.dense], skip=("lm_head", "shared", "router")
         )
     outer = cfg.expert if expert.active and runners[cfg.expert] else cfg.dense if dense.active else None
     if outer is not None and runners[outer] is not None:
-        _wrap_forward_in_te_autocast(model, runners[outer].recipe, require[outer])
+        _wrap_forward_in_te_autocast(model, runners[outer].recipe, choices[outer].require)
+    model.precision_backends = _report_choices(cfg, choices, {"expert": expert.active, "dense": dense.active}, shape_only)
     return counts
+
+
+def _report_choices(cfg: PrecisionConfig, choices: dict[str, BackendChoice], active: dict[str, bool],
+                    shape_only: bool) -> dict[str, dict[str, str]]:
+    report = {}
+    for role, mode in (("expert", cfg.expert), ("dense", cfg.dense)):
+        if not active[role]:
+            continue
+        c = choices[mode]
+        report[role] = {"mode": mode, "backend": c.backend, "why": c.why}
+        if shape_only:
+            continue
+        msg = f"precision: {role} GEMMs in {mode} run on {c.backend} ({c.why})"
+        # a GPU run that emulates is many times slower than it needs to be: say so loudly
+        (log.warning if c.backend == "emulate" and torch.cuda.is_available() else log.info)(msg)
+    return report
 
 
 def _n_experts(module: nn.Module) -> int:

@@ -19,12 +19,17 @@ backward GEMM that needs it, as TE reuses its quantised copies; results are unch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from shared.precision.delayed import DelayedScalingState, UpdateMode, forward_update_mode
 from shared.precision.hadamard import hadamard_last_dim
 from shared.precision.recipe import GemmRecipe
 from shared.precision.scaling import QuantSpec, fake_quantize_batched
+
+# (X (B, M, K), W (B, N, K), recipe, delayed state or None, update mode) -> X Wᵀ (B, M, N), differentiable.
+BatchedGemm = Callable[[torch.Tensor, torch.Tensor, GemmRecipe, "DelayedScalingState | None", UpdateMode], torch.Tensor]
 
 # Pad groups to the longest one only while that costs at most this factor in padded rows;
 # beyond it (very uneven routing) each group runs as its own batch of one.
@@ -93,11 +98,14 @@ class _LowPrecisionBmm(torch.autograd.Function):
 
 
 def lp_linear(
-    x: torch.Tensor, w: torch.Tensor, recipe: GemmRecipe, state: DelayedScalingState | None = None
+    x: torch.Tensor, w: torch.Tensor, recipe: GemmRecipe, state: DelayedScalingState | None = None,
+    bmm: BatchedGemm | None = None,
 ) -> torch.Tensor:
     """x (..., K) @ w (N, K)ᵀ under `recipe`; an inactive recipe (plain bf16) is F.linear.
 
-    `state` (one group) carries the amax history when the recipe uses delayed scaling.
+    `state` (one group) carries the amax history when the recipe uses delayed scaling. `bmm` is the
+    batched low-precision GEMM to run (default: the emulation; `shared.precision.native` passes
+    its hardware fp8 one, which quantises the same way).
     """
     if not recipe.active:
         return torch.nn.functional.linear(x, w)
@@ -106,7 +114,7 @@ def lp_linear(
     x2 = x.reshape(1, -1, x.shape[-1])
     if x2.shape[1] == 0:
         return x.new_zeros(*lead, w.shape[0])
-    y = _LowPrecisionBmm.apply(x2, w[None], recipe, state, forward_update_mode())
+    y = (bmm or _LowPrecisionBmm.apply)(x2, w[None], recipe, state, forward_update_mode())
     return y.reshape(*lead, w.shape[0])
 
 
@@ -126,13 +134,15 @@ def lp_grouped_linear(
     counts: list[int] | torch.Tensor,
     recipe: GemmRecipe,
     state: DelayedScalingState | None = None,
+    bmm: BatchedGemm | None = None,
 ) -> torch.Tensor:
     """Grouped GEMM in `nn.Linear` layout: rows of x (A, K) sorted by expert, `counts[e]` rows for
     w[e] (N, K); -> (A, N). Rows past sum(counts) (dropped by capacity) give zeros.
 
     Each expert's block is its own GEMM with its own scales, as in a hardware grouped GEMM; the
     layout matches `shared.kernels.grouped_mm` so the model can swap one call for the other.
-    `state` (one group per expert) carries the amax histories for delayed scaling.
+    `state` (one group per expert) carries the amax histories for delayed scaling; `bmm` as in
+    `lp_linear`.
     """
     counts = [int(c) for c in (counts.tolist() if torch.is_tensor(counts) else counts)]
     n_experts, n_out = w.shape[0], w.shape[1]
@@ -148,12 +158,13 @@ def lp_grouped_linear(
     if total == 0:
         return x.new_zeros(x.shape[0], n_out)
     mode = forward_update_mode()
+    bmm = bmm or _LowPrecisionBmm.apply
     longest = max(counts)
     if n_experts * longest <= _MAX_PAD_FACTOR * total or state is not None:
-        y = _padded_bmm(x[:total], w, counts, longest, recipe, state, mode)
+        y = _padded_bmm(x[:total], w, counts, longest, recipe, state, mode, bmm)
     else:
         outs = [
-            _LowPrecisionBmm.apply(c[None], w[e : e + 1], recipe, None, mode)[0] if len(c) else c.new_zeros(0, n_out)
+            bmm(c[None], w[e : e + 1], recipe, None, mode)[0] if len(c) else c.new_zeros(0, n_out)
             for e, c in enumerate(torch.split(x[:total], counts))
         ]
         y = torch.cat(outs)
@@ -162,7 +173,7 @@ def lp_grouped_linear(
     return y
 
 
-def _padded_bmm(x_AK, w_ENK, counts, longest, recipe, state, mode):
+def _padded_bmm(x_AK, w_ENK, counts, longest, recipe, state, mode, bmm):
     """Scatter each group's rows into a zero-padded (E, longest, K) batch, run it, gather back."""
     n_experts, total = len(counts), x_AK.shape[0]
     if total == n_experts * longest:  # equal groups: a view, no copy
@@ -175,7 +186,7 @@ def _padded_bmm(x_AK, w_ENK, counts, longest, recipe, state, mode):
         dest = group * longest + torch.arange(total, device=x_AK.device) - starts[group]
         x_EMK = x_AK.new_zeros(n_experts * longest, x_AK.shape[1]).index_copy(0, dest, x_AK)
         x_EMK = x_EMK.view(n_experts, longest, -1)
-    y_EMN = _LowPrecisionBmm.apply(x_EMK, w_ENK, recipe, state, mode)
+    y_EMN = bmm(x_EMK, w_ENK, recipe, state, mode)
     y_flat = y_EMN.reshape(n_experts * longest, -1)
     return y_flat if dest is None else y_flat.index_select(0, dest)
 

@@ -9,7 +9,7 @@ hold one Ray connection only.
 
 Ray 2.60 enables token authentication for a head when a token file exists; the fixture gives
 its cluster a token of its own (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH) and `env` carries it
-to drivers.
+to drivers. `ray_two_nodes_gpu` is the same with a second node that declares a GPU.
 
 Teardown never uses `ray stop` (it would stop every Ray on the machine): it ends exactly the
 process groups this fixture started, then any leftover process whose command line names one of
@@ -143,9 +143,9 @@ def _wait_for_nodes(cluster: TwoNodeCluster, timeout: float) -> None:
     raise RuntimeError(f"2-node Ray cluster did not come up in {timeout:.0f} s: {last[-2000:]}")
 
 
-@pytest.fixture
-def ray_two_nodes():
-    """A head (2 CPUs) and a second node (1 CPU, resource `node2`), joined at 127.0.0.1; stopped after."""
+def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_resources: dict | None = None):
+    """A head (2 CPUs) and a second node (`node2_cpus`, resource `node2` plus `node2_resources`, any
+    extra `ray start` args such as `--num-gpus 1`), joined at 127.0.0.1; stopped after."""
     gcs, client, agent1, agent2, mgr1, mgr2, obj1, obj2 = _free_ports(8)
     # Ray 2.60 turns token auth on for `ray start --head` when ~/.ray/auth_token exists; every node
     # and driver of this cluster shares its own token instead, whatever that file holds.
@@ -154,7 +154,7 @@ def ray_two_nodes():
     token_path.write_text(secrets.token_hex(32))
     env = {**os.environ, **HEALTH_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
     # The head has 2 CPUs so Ray Data's 1-CPU file-listing and read tasks still find a CPU while
-    # actors (half a CPU each, spread over the nodes) hold part of both nodes; node2 has 1.
+    # actors (half a CPU each, spread over the nodes) hold part of both nodes.
     common = ["--object-store-memory", str(100 * 1024 * 1024), "--include-log-monitor", "false"]
     head = _start_node("head", ["--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
                                 "--ray-client-server-port", str(client), "--include-dashboard", "false",
@@ -171,10 +171,11 @@ def ray_two_nodes():
             if head.proc.poll() is not None:
                 raise RuntimeError(f"head `ray start` exited:\n{head.log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.5)
+        resources = {"node2": 1, **(node2_resources or {})}
         node2 = _start_node("node2", ["--address", f"127.0.0.1:{gcs}", "--node-ip-address", "127.0.0.1",
-                                      "--resources", json.dumps({"node2": 1}), "--dashboard-agent-listen-port",
+                                      "--resources", json.dumps(resources), "--dashboard-agent-listen-port",
                                       str(agent2), "--node-manager-port", str(mgr2), "--object-manager-port",
-                                      str(obj2), "--num-cpus", "1", *common], env)
+                                      str(obj2), "--num-cpus", str(node2_cpus), *node2_args, *common], env)
         cluster = TwoNodeCluster(f"127.0.0.1:{gcs}", head, node2, env)
         _wait_for_nodes(cluster, timeout=90)
         yield cluster
@@ -185,3 +186,19 @@ def ray_two_nodes():
                 node.kill(signal.SIGKILL)
                 shutil.rmtree(node.temp_dir, ignore_errors=True)
         shutil.rmtree(token_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_two_nodes():
+    """A head (2 CPUs) and a second node (1 CPU, resource `node2`)."""
+    yield from _two_nodes()
+
+
+GPU_NODE_ACCELERATOR = "H100"
+
+
+@pytest.fixture
+def ray_two_nodes_gpu():
+    """A CPU-only head (2 CPUs) and a GPU node: node2 declares one GPU (`--num-gpus 1`, Ray accepts it
+    on a CPU machine) of accelerator type H100, with 2 CPUs, as a cluster's training/scoring node."""
+    yield from _two_nodes(2, ("--num-gpus", "1"), {f"accelerator_type:{GPU_NODE_ACCELERATOR}": 1})

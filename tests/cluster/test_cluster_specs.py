@@ -135,3 +135,68 @@ def test_entrypoint_module_exists_once_the_pipeline_lands():
     import importlib.util
 
     assert importlib.util.find_spec(ENTRYPOINT_MODULE) is not None
+
+
+def _submitted_config(rayjob):
+    from shared.config import load_config
+
+    path = rayjob["spec"]["entrypoint"].split()[3]
+    assert Path(path).name.startswith("cluster-"), f"the specs submit {path}, not a GPU cluster recipe"
+    return load_config(ROOT / path)
+
+
+def _launcher_gpu_groups(launcher) -> set[tuple[str, int, int]]:
+    out = set()
+    for t in launcher["available_node_types"].values():
+        if t["resources"].get("GPU"):
+            accel = next(k.split(":", 1)[1] for k in t["resources"] if k.startswith("accelerator_type:"))
+            out.add((accel, int(t["resources"]["GPU"]), int(t["max_workers"])))
+    return out
+
+
+def _rayjob_gpu_groups(rayjob) -> set[tuple[str, int, int]]:
+    out = set()
+    for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        limits = g["template"]["spec"]["containers"][0]["resources"]["limits"]
+        if "nvidia.com/gpu" in limits:
+            accel = next(iter(yaml.safe_load(yaml.safe_load(g["rayStartParams"]["resources"]))))
+            out.add((accel.split(":", 1)[1], int(limits["nvidia.com/gpu"]), int(g["maxReplicas"])))
+    return out
+
+
+def test_both_specs_submit_the_same_gpu_recipe_and_it_declares_their_gpu_groups(launcher, rayjob):
+    cfg = _submitted_config(rayjob)
+    submit = " ".join(line for line in LAUNCHER.read_text().splitlines() if "ray job submit" in line)
+    assert rayjob["spec"]["entrypoint"].split()[3] in submit
+    declared = {(g.accelerator_type, g.gpus_per_node, g.max_nodes) for g in cfg.cluster.gpu_nodes}
+    assert declared == _launcher_gpu_groups(launcher) == _rayjob_gpu_groups(rayjob)
+    assert cfg.train.device == "cuda" and cfg.cluster.train_gpus_per_worker == 1
+
+
+def test_every_gpu_request_of_the_submitted_recipe_fits_a_group_with_its_cpus(launcher, rayjob):
+    from shared.placement import GpuNode, check_gpu_request, config_gpu_requests
+
+    cfg = _submitted_config(rayjob)
+    nodes = [GpuNode(a, g, n) for a, g, n in _launcher_gpu_groups(launcher)]
+    requests = config_gpu_requests(cfg)
+    assert {r.what.split(" ")[0] for r in requests} == {"scorer.oracle.vllm", "scorer.scoring", "train"}
+    for request in requests:
+        assert request.accelerator_type is not None, f"{request.what} does not pick a group"
+        check_gpu_request(request, nodes)
+    cpus = {next(k.split(":", 1)[1] for k in t["resources"] if k.startswith("accelerator_type:")): t["resources"]["CPU"]
+            for t in launcher["available_node_types"].values() if t["resources"].get("GPU")}
+    pods = {g["groupName"]: g["template"]["spec"]["containers"][0]["resources"]["limits"]
+            for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+    train_node = cpus[cfg.cluster.train_accelerator_type]
+    per_node = min(cfg.train.workers, 8)
+    assert cfg.cluster.train_cpus_per_worker * per_node <= min(train_node, float(pods["gpu-train"]["cpu"]))
+    assert cfg.scorer.scoring.actor_cpus <= min(cpus[cfg.scorer.scoring.actor_accelerator_type],
+                                                float(pods["gpu-score"]["cpu"]))
+
+
+def test_a_request_the_groups_cannot_hold_fails_config_check(rayjob):
+    from shared.config import ConfigError, load_config
+
+    path = ROOT / rayjob["spec"]["entrypoint"].split()[3]
+    with pytest.raises(ConfigError, match=r"scorer.oracle.vllm: 8 × 8 L40S GPU\(s\).*at most 1 GPU"):
+        load_config(path, ["scorer.oracle.vllm.tensor_parallel_size=8", "scorer.oracle.vllm.accelerator_type=L40S"])

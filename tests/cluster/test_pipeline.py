@@ -71,6 +71,10 @@ def test_pipeline_runs_every_stage_then_skips_them_and_reruns_only_what_a_knob_c
     pipeline_id = summary["pipeline_run"]
     children = [r for r in runs.values() if r.get("parent") == pipeline_id]
     assert {"train"} <= {t for r in children for t in r.get("tags", [])}, "the model run is not linked to the pipeline"
+    stage_runs = {t: r["id"] for r in children if "stage" in r["tags"] for t in r["tags"] if t in STAGES}
+    assert sorted(stage_runs) == sorted(STAGES), "one tracker run per stage, each a child of the pipeline run"
+    below = {t for r in runs.values() if r.get("parent") == stage_runs["train"] for t in r["tags"]}
+    assert "train" in below and "stage" not in below, "the training run is a child of the train stage's run"
 
     t0 = time.perf_counter()
     again = run_pipeline(cfg, log=lambda *_: None)

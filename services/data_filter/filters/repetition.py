@@ -9,6 +9,10 @@ Readings (as datatrove implements the paper): paragraphs split on 2+ newlines, l
 top n-gram's characters are its space-joined length times its count; duplicated n-gram
 characters are counted greedily left to right, jumping over a repeated n-gram so overlapping
 repeats are not double-counted, with words concatenated without spaces.
+Languages: the n-grams are of the document language's word units; for Chinese, Japanese and Thai
+the thresholds are FineWeb-2's per-language numbers (resources/languages/), and where no word
+segmenter exists (Thai and similar scripts) the n-gram rules are skipped and counted while the
+line and paragraph rules still apply. Without spaces, a unit n-gram's characters exclude joins.
 Speed: an n-gram (n >= 5) can only repeat where its leading 5-gram repeats, so positions whose
 5-gram is unique are skipped without building the n-gram; the result is exactly the greedy count.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from services.data_filter import languages
 from services.data_filter.filters.base import Doc, Filter
 from shared.config.filters import RepetitionConfig
 
@@ -38,12 +43,12 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return n, chars
 
 
-def top_ngram_chars(words: list[str], n: int) -> int:
+def top_ngram_chars(words: list[str], n: int, joins: bool = True) -> int:
     grams = Counter(zip(*(words[i:] for i in range(n)), strict=False))
     if not grams:
         return 0
     gram, count = grams.most_common(1)[0]
-    return (sum(map(len, gram)) + n - 1) * count
+    return (sum(map(len, gram)) + (n - 1 if joins else 0)) * count
 
 
 def dup_ngram_chars(words: list[str], n: int, repeated5: list[bool]) -> int:
@@ -69,15 +74,10 @@ class RepetitionFilter(Filter):
     name = "repetition"
     reasons = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac", "top_ngram", "dup_ngram")
 
-    def __init__(self, cfg: RepetitionConfig):
-        self.cfg = cfg
-        self.top = sorted(cfg.top_ngram_max_frac.items())
-        self.dup = sorted(cfg.dup_ngram_max_frac.items())
-        if any(n < 5 for n, _ in self.dup):
-            raise ValueError("repetition.dup_ngram_max_frac: n must be >= 5 (Gopher uses 5..10)")
+    settings = RepetitionConfig
 
     def check(self, doc: Doc) -> str | None:
-        c = self.cfg
+        c = self.settings_for(doc)
         text = doc.text
         size = len(text)
         if not size:
@@ -94,16 +94,21 @@ class RepetitionFilter(Filter):
             return "dup_line_frac"
         if dup_chars / size > c.max_dup_line_char_frac:
             return "dup_line_char_frac"
+        if not languages.measures_words(doc.language):
+            doc.skip(f"ngrams_no_segmenter:{doc.language}")
+            return None
         words = doc.words()
-        for n, frac in self.top:
-            if len(words) >= n and top_ngram_chars(words, n) / size > frac:
+        joins = languages.has_spaces(doc.language)
+        for n, frac in sorted(c.top_ngram_max_frac.items()):
+            if len(words) >= n and top_ngram_chars(words, n, joins) / size > frac:
                 return "top_ngram"
-        if self.dup and len(words) >= 5:
+        dup = sorted(c.dup_ngram_max_frac.items())
+        if dup and len(words) >= 5:
             fives = list(zip(*(words[i:] for i in range(5)), strict=False))
             counts = Counter(fives)
             if len(counts) < len(fives):  # some 5-gram repeats; otherwise no n >= 5 gram can
                 repeated5 = [counts[g] > 1 for g in fives]
-                for n, frac in self.dup:
+                for n, frac in dup:
                     if dup_ngram_chars(words, n, repeated5) / size > frac:
                         return "dup_ngram"
         return None

@@ -1,8 +1,8 @@
-"""Reference prose for the perplexity filter: the text the embedded model and the cutoffs come from.
+"""A reference text the user names for the perplexity model (`perplexity.reference_text`).
 
-Default: the Python reference manual's prose that ships with CPython (`pydoc_data.topics`,
-~465k characters of edited English) until the demo corpus's encyclopedic slice exists; any UTF-8
-text file (or a JSONL file with a `text` field) can be given by path (`perplexity.reference_text`).
+By default the perplexity filter fits on each source's own documents; a named reference (any
+UTF-8 text file, or JSONL with a `text` field) replaces the training text while the cut-offs stay
+those of the source's own score distribution.
 """
 
 from __future__ import annotations
@@ -11,27 +11,17 @@ import json
 from pathlib import Path
 
 
-def load_reference_lines(path: str | None = None) -> list[str]:
-    """Lines of real prose (4+ words each), in a fixed order."""
-    if path is None:
-        import pydoc_data.topics as topics
-
-        text = "\n".join(topics.topics[k] for k in sorted(topics.topics))
+def load_reference_texts(path: str) -> list[str]:
+    """Documents of the reference: JSONL records' `text`, or blank-line-separated paragraphs."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"perplexity.reference_text {p} does not exist; give a UTF-8 text or JSONL file")
+    raw = p.read_text(encoding="utf-8")
+    if p.suffix == ".jsonl":
+        texts = [json.loads(line).get("text", "") for line in raw.splitlines() if line.strip()]
     else:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise FileNotFoundError(f"perplexity.reference_text {p} does not exist; give a UTF-8 text or JSONL file")
-        raw = p.read_text(encoding="utf-8")
-        if p.suffix == ".jsonl":
-            raw = "\n".join(json.loads(line).get("text", "") for line in raw.splitlines() if line.strip())
-        text = raw
-    lines = [line.strip() for line in text.split("\n")]
-    out = [line for line in lines if len(line.split()) >= 4]
-    if len(out) < 50:
-        raise ValueError(f"reference text has only {len(out)} prose lines (need >= 50) to estimate a model and cutoffs")
-    return out
-
-
-def windows(lines: list[str], size: int = 8) -> list[list[str]]:
-    """Consecutive groups of `size` lines: the document-sized units the cutoffs are measured on."""
-    return [lines[i : i + size] for i in range(0, len(lines), size)]
+        texts = [block.strip() for block in raw.split("\n\n")]
+    texts = [t for t in texts if len(t.split()) >= 4]
+    if len(texts) < 10:
+        raise ValueError(f"perplexity.reference_text {p} has only {len(texts)} passages of 4+ words (need >= 10)")
+    return texts

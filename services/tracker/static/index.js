@@ -47,7 +47,7 @@
         el("td", { text: fmtDuration(end - r.created) }),
         el("td", { text: r.host || "" }),
         el("td", { text: (r.git_commit || "").slice(0, 10) }),
-        el("td", {}, r.parent ? el("a", { href: "/runs/" + encodeURIComponent(r.parent), text: r.parent }) : null));
+        el("td", {}, r.parent ? el("a", { href: "/runs/" + encodeURIComponent(r.parent), class: "parent-link", text: "↑ " + r.parent }) : null));
     });
     table.replaceChildren(head, ...rows);
     const qs = new URLSearchParams(Object.entries(query).filter(([k, v]) => v && k !== "limit"));
@@ -58,4 +58,4 @@
   await refresh();
   document.body.dataset.ready = "1";
   setInterval(refresh, 10000);
-})().catch((e) => { document.getElementById("main").replaceChildren(el("p", { class: "warn", text: String(e) })); });
+})().catch(failed);

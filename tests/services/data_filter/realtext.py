@@ -49,6 +49,16 @@ def prose_doc(n_paragraphs: int = 4, start: int = 0) -> str:
     return "\n\n".join(paras[(start + i) % len(paras)] for i in range(n_paragraphs))
 
 
+def demo_documents(source: str) -> list[dict]:
+    """The committed demo corpus's unplanted records of one source (data/demo/, real package text)."""
+    import gzip
+
+    path = HERE.parents[2] / "data" / "demo" / f"{source}.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh]
+    return [r for r in recs if not (r.get("meta") or {}).get("planted")]
+
+
 def udhr(lang: str) -> list[str]:
     return json.loads((HERE / "udhr_excerpts.json").read_text(encoding="utf-8"))["texts"][lang]
 

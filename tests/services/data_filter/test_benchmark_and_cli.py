@@ -21,6 +21,18 @@ def test_benchmark_quick_prints_ratio_and_agreement_last():
     assert last["kept_ours"] > 0
 
 
+@pytest.mark.slow
+def test_data_quality_quick_removes_planted_garbage_and_tracks_the_lsh_curve():
+    last = run_benchmark("data_quality.py", "--quick")
+    removed = last["removed_by_kind"]
+    assert removed["boilerplate"] == removed["repetition"] == removed["other_language"] == 1.0, removed
+    # a third of the corpus leaves the small handbook locales under perplexity.min_group_docs (unscored)
+    assert removed["gibberish"] >= 0.85 and removed["shuffled"] >= 0.8 and removed["profanity"] >= 0.9, removed
+    assert last["clean_lost_to_toxicity"] <= 0.02 and last["clusters_lost_by_dedup"] == 0
+    assert last["near_dup_max_abs_diff"] <= 0.05, last["near_dup_curve"]
+    assert 0.8 <= last["f1"] <= 1.0
+
+
 def test_cli_filter_then_inspect(tmp_path):
     src = tmp_path / "in.jsonl"
     recs = [{"id": f"m{i}", "text": realtext.prose_doc(3, start=i * 3)} for i in range(12)]
@@ -35,6 +47,7 @@ def test_cli_filter_then_inspect(tmp_path):
     res = runner.invoke(app, ["data", "filter", str(recipe), "data.filter.workers=0"])
     assert res.exit_code == 0, res.output
     assert "funnel: read 14 -> valid 13" in res.output
+    assert "source manual: read 14 -> valid 13 -> filters" in res.output
     res = runner.invoke(app, ["data", "inspect", str(tmp_path / "out"), "--reason", "language_not_kept"])
     assert res.exit_code == 0, res.output
     assert "language:language_not_kept  id=de" in res.output

@@ -17,11 +17,12 @@ from services.data_filter.filters.normalize import NormalizeFilter
 from services.data_filter.filters.repetition import RepetitionFilter
 from services.data_filter.filters.toxicity import ToxicityFilter
 from shared.config.filters import (
+    C4Config,
     CodeRulesConfig,
+    FineWebConfig,
     GopherQualityConfig,
     LanguageConfig,
     LengthConfig,
-    LineRulesConfig,
     NormalizeConfig,
     RepetitionConfig,
     ToxicityConfig,
@@ -264,7 +265,7 @@ def test_real_prose_passes_all_default_prose_rules():
 # C4 and FineWeb --------------------------------------------------------------------------------
 
 def c4(**kw) -> C4Filter:
-    return C4Filter(LineRulesConfig(**kw))
+    return C4Filter(C4Config(**kw))
 
 
 def sentence(i: int) -> str:
@@ -288,7 +289,7 @@ def test_c4_removes_short_unterminated_javascript_and_policy_lines():
 
 
 def test_c4_min_words_per_line_edge():
-    f = c4(c4_min_sentences=1)
+    f = c4(min_sentences=1)
     three = " ".join(words(3)) + "."
     two = " ".join(words(2)) + "."
     assert f.check(doc(three)) is None
@@ -297,17 +298,33 @@ def test_c4_min_words_per_line_edge():
 
 def test_c4_document_rules_apply_to_candidate_lines():
     body = "\n".join(sentence(i) for i in range(5))
-    assert c4().check(doc(body + "\nThe set {1, 2} has two elements.")) == "curly_bracket"
-    assert c4().check(doc("Lorem ipsum dolor sit amet.\n" + body)) == "lorem_ipsum"
-    assert c4().check(doc(body + "\nint main() { return 0; }")) is None  # not a candidate line: dropped alone
+    paper = c4()
+    assert paper.check(doc(body + "\nThe set {1, 2} has two elements.")) == "curly_bracket"
+    assert paper.check(doc("Lorem ipsum dolor sit amet.\n" + body)) == "lorem_ipsum"
+    assert paper.check(doc(body + "\nint main() { return 0; }")) is None  # not a candidate line: dropped alone
+
+
+def test_c4_finewebs_reading_keeps_unterminated_lines():
+    body = [sentence(i) for i in range(4)]
+    fineweb_c4 = c4(drop_no_terminal_punct=False)
+    d = doc("\n".join(["Menu Home About", *body, "Please enable JavaScript to view the comments here."]))
+    assert fineweb_c4.check(d) is None  # the heading counts as a sentence, as datatrove's splitter counts it
+    assert d.text == "\n".join(["Menu Home About", *body])
+    assert fineweb_c4.check(doc("\n".join([*body, sentence(5), "int main() { return 0; }"]))) == "curly_bracket"
+
+
+def test_c4_skips_and_counts_languages_it_does_not_cover():
+    d = doc("\n".join(" ".join(realtext.udhr("de")[:1]).split(". ")[:2]), language="de")
+    assert c4().check(d) is None and d.skips == ["not_applied_to:de"]
+    assert c4(languages=[]).check(doc("Ein Satz ohne Ende", language="de")) == "too_few_sentences"
 
 
 def fineweb(**kw) -> FineWebFilter:
-    return FineWebFilter(LineRulesConfig(**kw))
+    return FineWebFilter(FineWebConfig(**kw))
 
 
 def test_fineweb_line_punctuation_ratio_edge():
-    f = fineweb(fineweb_max_short_line_ratio=1.0, fineweb_max_newline_ratio=10.0)
+    f = fineweb(max_short_line_ratio=1.0, max_newline_ratio=10.0)
     lines = [" ".join(words(8, i * 8)) for i in range(25)]
     ok = lines[:]
     for i in range(3):
@@ -320,7 +337,7 @@ def test_fineweb_line_punctuation_ratio_edge():
 
 
 def test_fineweb_short_line_ratio_edge():
-    f = fineweb(fineweb_min_line_punct_ratio=0.0, fineweb_max_newline_ratio=10.0)
+    f = fineweb(min_line_punct_ratio=0.0, max_newline_ratio=10.0)
     long = [" ".join(words(8, i * 8)) + "." for i in range(100)]
     short = [f"Item {i}." for i in range(100)]
     assert f.check(doc("\n".join(short[:67] + long[:33]))) is None  # 0.67
@@ -328,7 +345,7 @@ def test_fineweb_short_line_ratio_edge():
 
 
 def test_fineweb_newline_ratio_and_duplicate_lines():
-    f = fineweb(fineweb_min_line_punct_ratio=0.0, fineweb_max_short_line_ratio=1.0)
+    f = fineweb(min_line_punct_ratio=0.0, max_short_line_ratio=1.0)
     lines = [" ".join(words(3, i * 3)) + "." for i in range(10)]  # 9 newlines / 30 words = 0.3
     assert f.check(doc("\n".join(lines))) is None
     lines.append("Yes.")
@@ -356,8 +373,8 @@ def test_toxicity_is_language_aware():
 
 def test_toxicity_min_hits_edge():
     f = ToxicityFilter(ToxicityConfig(max_ratio=0.0, min_hits=2))
-    assert f.check(doc("Damn. " + " ".join(words(20)))) is None
-    assert f.check(doc("Damn. " + " ".join(words(20)) + " bastard")) == "word_list_ratio"
+    assert f.check(doc("Shit. " + " ".join(words(20)))) is None
+    assert f.check(doc("Shit. " + " ".join(words(20)) + " fuck")) == "word_list_ratio"
 
 
 # code ------------------------------------------------------------------------------------------

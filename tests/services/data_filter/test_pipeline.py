@@ -213,17 +213,25 @@ def test_truncated_gzip_is_reported_not_fatal(tmp_path):
     assert 0 < stats["docs"] < 40
 
 
-def test_funnel_is_reported_through_shared_tracking(tmp_path):
+def test_funnel_is_reported_through_shared_tracking_for_the_corpus_and_each_source(tmp_path):
     from services.data_filter.report import report_funnel
     from shared.config import load_config
 
-    src = write_jsonl(tmp_path / "in.jsonl", prose_records(10))
-    stats = run(config([src]), tmp_path / "out")
+    a = write_jsonl(tmp_path / "a.jsonl", prose_records(10))
+    b = write_jsonl(tmp_path / "b.jsonl", prose_records(6))
+    data = DataConfig.model_validate({"inputs": [{"name": "alpha", "paths": [str(a)]}, {"name": "beta", "paths": [str(b)]}],
+                                      "filter": {"workers": 0}})
+    stats = run(data, tmp_path / "out")
     exp = load_config(None, ["tracker.mode=offline", f"tracker.spool_dir={tmp_path / 'spool'}"])
     status = report_funnel(stats, exp, timeout=5)
     assert "reported to the tracker" in status
     spooled = "".join(p.read_text() for p in (tmp_path / "spool").glob("*.jsonl"))
     assert "funnel" in spooled and "data_filter/records" in spooled
+    for name in ("documents", "documents/alpha", "documents/beta"):
+        assert f'"{name}"' in spooled, name
+    per_source = [f["docs"] for f in stats["sources"]["alpha"]["funnel"]]
+    assert per_source[0] == 10 + 1 + 4 and per_source == sorted(per_source, reverse=True)
+    assert sum(s["funnel"][-1]["docs"] for s in stats["sources"].values()) == stats["written"]
 
 
 def test_our_output_reads_back_as_input_with_its_meta(tmp_path):

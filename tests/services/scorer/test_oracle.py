@@ -84,6 +84,19 @@ def test_backend_sections_and_registry():
     built = make_oracle(cfg)
     assert isinstance(built, HeuristicOracle) and built.is_stand_in
     assert OracleConfig(backend="openai", openai={"concurrency": 3}).backend_section().concurrency == 3
-    assert OracleConfig().vllm.concurrency == 1 and OracleConfig().vllm.tensor_parallel_size == 8
     with pytest.raises(ConfigError, match="concurrency"):  # the flat key of the old layout is refused
         load_config("configs/demo.yaml", ["scorer.oracle.concurrency=4"])
+
+
+def test_registry_builds_the_vllm_oracle_from_its_one_section():
+    cfg = OracleConfig(backend="vllm", vllm={
+        "model": "/models/judge", "max_tokens": 64, "temperature": 0.5, "constraint": "vllm_regex",
+        "tensor_parallel_size": 2, "replicas": 3, "accelerator_type": "L40S", "batch_size": 8})
+    oracle = make_oracle(cfg)
+    assert (oracle.model, oracle.max_tokens, oracle.temperature, oracle.constraint) == (
+        "/models/judge", 64, 0.5, "vllm_regex")
+    req = oracle.gpu_request()
+    assert (req.what, req.gpus_per_unit, req.units, req.accelerator_type) == ("scorer.oracle.vllm", 2, 3, "L40S")
+    assert oracle.engine.batch_size == 8
+    with pytest.raises(ConfigError, match="model"):  # the model lives in the backend's section only
+        load_config("configs/demo.yaml", ["scorer.oracle.model=x"])

@@ -48,3 +48,45 @@ def server(tmp_path):
     yield srv
     srv.stop()
     store.engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def dashboard(tmp_path_factory):
+    """A live tracker holding the browser tests' runs: yields (url, ids)."""
+    from services.tracker.app import create_app
+    from services.tracker.store import Store
+    from tests.services.tracker import browser
+
+    tmp = tmp_path_factory.mktemp("tracker-browser")
+    store = Store(f"sqlite:///{tmp}/tracker.db")
+    token = store.create_token("browser")
+    srv = ServerThread(lambda: create_app(store=store, max_body_bytes=64 << 20)).start()
+    ids = browser.populate_runs(srv.url, token, tmp / "spool")
+    ids.update(browser.populate_pipeline(srv.url, token, tmp / "spool"))
+    ids["million"] = browser.populate_million(srv.url, token)
+    yield srv.url, ids
+    srv.stop()
+    store.engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def page():
+    """One headless Chromium page per module; `page.errors` collects uncaught page errors."""
+    import os
+
+    from tests.services.tracker.browser import ARGS, ARTIFACTS, CHROMIUM
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("browser tests need Debian's chromium: apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        # bypass_csp: the page CSP forbids eval, which wait_for_function needs; escaping is tested without it
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
+        errors: list[str] = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.errors = errors
+        yield pg
+        browser.close()

@@ -1,0 +1,149 @@
+"""Training step on one GPU in bf16, tokens/s and MFU: ours vs HF transformers' DeepseekV3ForCausalLM.
+
+The model is a 1–2B-total proxy of the 7B2A shape: width 2560, 20 heads, a dense first layer then
+MoE layers of 64 routed experts × 512 (top-8) + 2 shared, vocabulary 131,072, sequence 4096 —
+only fewer layers (4: 1.6B total). Attention is MLA in both (DeepseekV3 has no other), with
+DeepSeek's per-head widths (128 nope + 64 RoPE, values 128) and latent ranks 1024 / 512. The
+same configuration is built three times in one process (`benchmarks/train_step.py`'s builders):
+
+* ours: `shared.model.MoETransformer` with bf16 weights (as HF's), its aux loss and router-bias
+  update in the step;
+* ours[recipe]: the same model as the GPU recipes train it — fp32 weights (the master copy) under
+  bf16 autocast — so the cost of mixed precision is visible;
+* HF: `DeepseekV3ForCausalLM` with bf16 weights, SDPA attention, every experts implementation it
+  has (`grouped_mm`, `eager`); the ratio is against its fastest.
+
+Each step is forward, next-token cross-entropy (+ aux), backward and `torch.optim.AdamW`; the
+parameter counts must agree to 1%. Steps are interleaved round by round (rotating order) and the
+median is reported. MFU counts the training FLOPs once (see benchmarks/gpu_common.py). Memory: the
+peak allocated during one step of each, and `moelab plan`'s figure for ours[recipe].
+
+    python benchmarks/gpu_train_step.py --out benchmarks/results/gpu_train_step.json   # on a GPU
+    python benchmarks/gpu_train_step.py --device cpu --quick                            # CPU smoke run
+
+Last line: JSON with tokens_per_s, mfu, `ratio` (ours / HF's fastest) and `ratio_recipe`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # benchmarks/tokenize.py shadows stdlib
+sys.path.insert(0, str(_HERE.parent))
+
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+
+from benchmarks.gpu_common import (  # noqa: E402
+    device_facts,
+    median,
+    mfu,
+    peak_memory_gib,
+    pick_device,
+    time_interleaved,
+    write_result,
+)
+from benchmarks.train_step import Shape, build_hf, build_ours, check_same_size, make_step  # noqa: E402
+
+PROXY = dict(vocab=131072, d_model=2560, layers=4, heads=20, experts=64, hidden=512, top_k=8, shared=2,
+             first_dense=1, q_lora=1024, kv_lora=512, qk_nope=128, qk_rope=64, v_dim=128, seq=4096, batch=1)
+QUICK = dict(vocab=512, d_model=64, layers=2, heads=2, experts=4, hidden=32, top_k=2, shared=1, first_dense=1,
+             q_lora=32, kv_lora=16, qk_nope=16, qk_rope=8, v_dim=16, seq=32, batch=2)
+
+
+def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> dict:
+    """name -> (model, step fn); ours in bf16 and in the recipe's fp32 + autocast, HF per experts impl."""
+    low = torch.bfloat16
+    with device:  # built on the device: a 1.6B-parameter init on the host takes minutes
+        ours, dense_hidden = build_ours(s)
+        recipe, _ = build_ours(s)  # same seed, same initial weights
+    ours = ours.to(dtype=low)
+
+    def fwd(model, autocast: bool):
+        def run(x):
+            with torch.autocast(device.type, dtype=low, enabled=autocast):
+                logits, aux = model(x)
+            return logits, aux["aux_loss"]
+        return run
+
+    out = {"ours": (ours, make_step(ours, fwd(ours, False), ours.update_router_biases)),
+           "ours[recipe]": (recipe, make_step(recipe, fwd(recipe, True), recipe.update_router_biases))}
+    for impl in hf_impls:
+        with device:
+            hf = build_hf(s, dense_hidden, impl).to(dtype=low)
+        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, m=hf: (m(input_ids=x).logits, None)))
+    return out
+
+
+def recipe_plan_gib(s: Shape):
+    """(`moelab plan`'s total GiB for ours[recipe] at this shape on one GPU, its config); AdamW for all."""
+    from benchmarks.train_step import TINY
+    from shared.config import load_config
+    from shared.plan.memory import GIB, plan_memory
+
+    cfg = load_config(TINY, [
+        f"model.vocab_size={s.vocab}", f"model.d_model={s.d_model}", f"model.n_layers={s.layers}",
+        f"model.n_heads={s.heads}", f"model.n_kv_heads={s.heads}", f"model.max_seq_len={s.seq}",
+        f"model.first_k_dense={s.first_dense}", f"model.moe.n_routed_experts={s.experts}",
+        f"model.moe.expert_hidden={s.hidden}", f"model.moe.top_k={s.top_k}", f"model.moe.n_shared_experts={s.shared}",
+        "model.attention.pattern=[mla]", f"model.attention.mla.q_lora_rank={s.q_lora}",
+        f"model.attention.mla.kv_lora_rank={s.kv_lora}", f"model.attention.mla.qk_nope_head_dim={s.qk_nope}",
+        f"model.attention.mla.qk_rope_head_dim={s.qk_rope}", f"model.attention.mla.v_head_dim={s.v_dim}",
+        "train.dtype=bfloat16", f"train.seq_len={s.seq}", f"train.micro_batch_size={s.batch}", "optim.name=adamw",
+        "optim.log_stats=false"])
+    return plan_memory(cfg).total / GIB, cfg
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--quick", action="store_true", help="tiny shapes, few rounds (a smoke run)")
+    p.add_argument("--layers", type=int, default=None, help="override the proxy's depth")
+    p.add_argument("--batch", type=int, default=None, help="sequences per step (default 1 × 4096 tokens)")
+    p.add_argument("--rounds", type=int, default=8, help="timed steps per system (median reported)")
+    p.add_argument("--out", default=None, help="also write the JSON here (e.g. benchmarks/results/gpu_train_step.json)")
+    args = p.parse_args()
+    device = pick_device(args.device)
+    shape = dict(QUICK if args.quick else PROXY)
+    if args.layers:
+        shape["layers"] = args.layers
+    if args.batch:
+        shape["batch"] = args.batch
+    s = Shape(**shape)
+    rounds = 2 if args.quick else args.rounds
+    built = systems(s, device, ["grouped_mm", "eager"])
+    counts = check_same_size(built)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=gen).to(device) for _ in range(4)]
+    memory = {n: peak_memory_gib(device, lambda st=step: st(batches[0])) for n, (_, step) in built.items()}
+    times = time_interleaved({n: (lambda r, st=step: st(batches[r % 4])) for n, (_, step) in built.items()},
+                             rounds, device, warmup=1)
+    tokens = s.batch * s.seq
+    tps = {n: tokens / median(t) for n, t in times.items()}
+    from shared.model import count_params, flops_per_token
+
+    plan_gib, cfg = recipe_plan_gib(s)
+    fpt = flops_per_token(cfg.model, s.seq, count_params(cfg.model))
+    facts = device_facts(device)
+    hf_best = max((n for n in tps if n.startswith("hf[")), key=tps.get)
+    result = {
+        "benchmark": "gpu_train_step", **facts, "shape": vars(s), "rounds": rounds, "params": counts,
+        "flops_per_token": fpt, "tokens_per_s": tps,
+        "mfu_vs_spec": {n: mfu(v, fpt, facts["peak_spec_flops"]) for n, v in tps.items()},
+        "mfu_vs_measured": {n: mfu(v, fpt, facts["peak_measured_flops"]) for n, v in tps.items()},
+        "peak_memory_gib": memory, "plan_gib_recipe": plan_gib, "hf_fastest": hf_best,
+        "ratio": tps["ours"] / tps[hf_best], "ratio_recipe": tps["ours[recipe]"] / tps[hf_best],
+    }
+    for n, v in tps.items():
+        m = result["mfu_vs_spec"][n]
+        print(f"{n}: {v:,.0f} tokens/s" + (f", MFU {m:.1%} of spec" if m else "") +
+              (f", peak {memory[n]:.1f} GiB" if memory[n] is not None else ""), flush=True)
+    print(f"ours / {hf_best}: {result['ratio']:.2f}x; ours[recipe] / {hf_best}: {result['ratio_recipe']:.2f}x")
+    write_result(result, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""REST routes for runs: create/resume, finish, heartbeat, delete, list/search, lineage."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+
+from services.tracker.security import Access
+from services.tracker.store import NotFound, Store
+from services.tracker.validation import parse_body
+from shared.tracking.schema import RunCreate, RunFinish
+
+BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}}
+
+
+def found(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def runs_router(store: Store, access: Access) -> APIRouter:
+    r = APIRouter()
+    write, admin, read = [Depends(access.need("write"))], [Depends(access.need("admin"))], [Depends(access.read)]
+
+    @r.post("/api/runs", dependencies=write, tags=["runs"], summary="Create a run, or resume it by id",
+            openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunCreate.model_json_schema()}}}})
+    async def create_run(request: Request) -> JSONResponse:
+        body = parse_body(RunCreate, await request.body())
+        run, resumed = store.create_or_resume(body)
+        return JSONResponse({**run, "resumed": resumed}, status_code=200 if resumed else 201)
+
+    @r.post("/api/runs/{run_id}/finish", dependencies=write, tags=["runs"], openapi_extra=BODY)
+    async def finish_run(run_id: str, request: Request) -> dict:
+        return found(store.finish, run_id, parse_body(RunFinish, await request.body()))
+
+    @r.post("/api/runs/{run_id}/heartbeat", dependencies=write, tags=["runs"],
+            summary="The client is alive (runs silent for crash_after_s become crashed)")
+    def heartbeat(run_id: str) -> dict:
+        return found(store.heartbeat, run_id)
+
+    @r.delete("/api/runs/{run_id}", dependencies=admin, tags=["runs"], summary="Delete a run (admin tokens only)")
+    def delete_run(run_id: str) -> dict:
+        found(store.delete_run, run_id)
+        return {"deleted": run_id}
+
+    @r.get("/api/projects", dependencies=read, tags=["runs"])
+    def projects() -> list:
+        return store.projects()
+
+    @r.get("/api/runs", dependencies=read, tags=["runs"], summary="List/search runs by project, status, tag, text, parent")
+    def list_runs(
+        project: str | None = None,
+        status: str | None = None,
+        tag: Annotated[list[str] | None, Query()] = None,
+        q: Annotated[str | None, Query(max_length=200)] = None,
+        parent: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> dict:
+        return store.list_runs(project, status, tag, q, parent, limit, offset)
+
+    @r.get("/api/runs/{run_id}", dependencies=read, tags=["runs"])
+    def get_run(run_id: str) -> dict:
+        return found(store.get_run, run_id)
+
+    @r.get("/api/runs/{run_id}/children", dependencies=read, tags=["runs"],
+           summary="Child runs (a pipeline's stages) with their figures and their own children")
+    def children(run_id: str) -> list:
+        return found(store.children, run_id)
+
+    return r

@@ -1,0 +1,1 @@
+"""Memory plans: what one GPU holds for a config (weights, grads, optimizer, copies, activations)."""
