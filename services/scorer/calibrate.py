@@ -3,11 +3,18 @@
 - τ_keep per source: the (1 − target) quantile of the Judge's aggregate quality on held-out
   labelled documents of that source, so the realised keep rate hits the target (defaults ≈30%
   web, ≈50% code/math/science, from the design notes).
-- τ_drop per rubric: the largest Probe threshold whose loss of the documents the Judge alone would
-  keep, on documents it was not fitted on, is at most `max_keeper_loss` (default 1%) with
-  probability `keeper_loss_confidence` (default 0.9; 0 = in expectation), split-conformal;
-  every document under it skips the Judge's layers and head, which is the compute the cascade
-  saves.
+- τ_drop on the Probe margin `probe_quality − τ_keep(source)`: the largest margin threshold whose
+  loss of the documents the Judge alone would keep, on documents it was not fitted on, is at
+  most `max_keeper_loss` (default 1%) with probability `keeper_loss_confidence` (default 0.9;
+  0 = in expectation), split-conformal; every document under it skips the Judge's layers and
+  head, which is the compute the cascade saves. Why a margin and not the Probe's score: τ_keep
+  differs by source (a keep rate per source), so a keeper of a weak source can score below many
+  rejects of a strong one, and one score threshold per rubric must sit under the weakest source's
+  keepers — it dropped 1–3% of the demo's documents. Measured against its own source's bar, a
+  strong source's clear rejects drop too. `calibration.tau_drop_scope` = `all` (default) fits
+  one margin threshold on the keepers of every rubric (key `*`), `rubric` one per rubric: the
+  conformal promise needs ≥ 230 keepers per fit at 90% confidence, which a 1,500-document
+  calibration sample gives all rubrics together but not always the code rubric alone.
 
 Neither threshold needs oracle labels, only the heads' scores, so `fit_thresholds` runs on an
 unlabelled calibration sample as large as `scorer.calibration.sample_size`, and the labelled
@@ -83,8 +90,9 @@ def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None
 
 @dataclass
 class Thresholds:
-    """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop per
-    rubric, and what they were fitted on: documents per source, Judge keepers per rubric."""
+    """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop on the
+    Probe margin per rubric (or `*` for all), and what they were fitted on: documents per source,
+    Judge keepers per rubric."""
 
     tau_keep: dict[str, float]
     tau_drop: dict[str, float]
@@ -94,14 +102,19 @@ class Thresholds:
     def keep_threshold(self, source: str, kind: str) -> float:
         return self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf))
 
+    def drop_threshold(self, rubric: str) -> float:
+        return self.tau_drop.get(rubric, self.tau_drop.get("*", -math.inf))
+
 
 def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray, kinds: np.ndarray,
                    rubrics: np.ndarray, keep_rate: Callable[[str], float], max_loss: float,
-                   confidence: float = 0.0) -> Thresholds:
-    """τ_keep per source and per kind from the Judge's scores, then τ_drop per rubric from the
-    Probe's scores of the documents those τ_keep keep. Arrays are per document."""
+                   confidence: float = 0.0, scope: str = "all") -> Thresholds:
+    """τ_keep per source and per kind from the Judge's scores, then τ_drop (per rubric, or one for
+    `scope="all"`) from the Probe margins of the documents those τ_keep keep. Arrays are per document."""
     if len(judge_q) == 0:
         raise ValueError("cannot calibrate thresholds on zero documents")
+    if scope not in ("all", "rubric"):
+        raise ValueError(f"scope={scope!r}; expected all or rubric")
     sources, kinds, rubrics = (np.asarray(a).astype(str) for a in (sources, kinds, rubrics))
     tau_keep: dict[str, float] = {}
     for src in sorted(set(sources.tolist())):
@@ -109,13 +122,23 @@ def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray
         tau_keep[src] = tau_for_keep_rate(judge_q[m], keep_rate(str(kinds[m][0])))
     for kind in sorted(set(kinds.tolist())):
         tau_keep[f"kind:{kind}"] = tau_for_keep_rate(judge_q[kinds == kind], keep_rate(kind))
-    keep = judge_q >= np.array([tau_keep[s] for s in sources])
-    tau_drop, keepers = {}, {}
-    for rubric in sorted(set(rubrics.tolist())):
-        scores = probe_q[(rubrics == rubric) & keep]
-        tau_drop[rubric], keepers[rubric] = tau_drop_for_loss(scores, max_loss, confidence), len(scores)
+    bar = np.array([tau_keep[s] for s in sources])
+    keep, margin = judge_q >= bar, probe_q - bar
+    keepers = {r: int(((rubrics == r) & keep).sum()) for r in sorted(set(rubrics.tolist()))}
+    if scope == "all":
+        tau_drop = {"*": tau_drop_for_loss(margin[keep], max_loss, confidence)}
+    else:
+        tau_drop = {r: tau_drop_for_loss(margin[(rubrics == r) & keep], max_loss, confidence) for r in keepers}
     return Thresholds(tau_keep, tau_drop, {s: int((sources == s).sum()) for s in sorted(set(sources.tolist()))},
                       keepers)
+
+
+def drop_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> np.ndarray:
+    """Which documents the Probe drops under `th` (margin below τ_drop; never without a τ_keep)."""
+    bar = np.array([th.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
+    tau = np.array([th.drop_threshold(r) for r in rubrics])
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(bar) & np.isfinite(tau) & (np.asarray(probe_q) - bar < tau)
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

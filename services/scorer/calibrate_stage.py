@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,7 +127,7 @@ def fit(cfg, scorer: CascadeScorer, held: dict[str, HeldOut], docs: list[dict]) 
                 np.concatenate([[name] * int(h.clean.sum()) for name, h in held.items()]))
         fitted_on = "the labelled held-out split (in-sample: no unlabelled documents left)"
     th = cal.fit_thresholds(*args, keep_rate=ccfg.keep_rate, max_loss=ccfg.max_keeper_loss,
-                            confidence=ccfg.keeper_loss_confidence)
+                            confidence=ccfg.keeper_loss_confidence, scope=ccfg.tau_drop_scope)
     return Fit(th, fitted_on, args[0], args[2], args[3])
 
 
@@ -161,8 +160,8 @@ def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg, report: dict) -> dict:
                                   "realised_calibration": float(f.keeps(f.judge_q[in_fit], f.sources[in_fit],
                                                                         f.kinds[in_fit]).mean())
                                   if in_fit.any() else None}
-    tau_drop = f.thresholds.tau_drop.get(name, -math.inf)
-    skipped = pq_ < tau_drop
+    tau_drop = f.thresholds.drop_threshold(name)
+    skipped = cal.drop_mask(f.thresholds, pq_, src, kinds, [name] * len(pq_))
     return {
         "n_test": int(c.sum()), "n_test_degraded": int((~c).sum()),
         "spearman": sp,
@@ -184,14 +183,17 @@ def build_report(cfg, f: Fit, held: dict[str, HeldOut]) -> dict:
     ccfg = cfg.scorer.calibration
     th = f.thresholds
     conf = ccfg.keeper_loss_confidence
+    fitted_keepers = {k: (sum(th.keepers_per_rubric.values()) if k == "*" else th.keepers_per_rubric.get(k, 0))
+                      for k in th.tau_drop}
     report: dict = {"stage": "calibrate", "rubrics": {}, "keep_rate": {},
                     "calibration": {"fitted_on": f.fitted_on, "documents_per_source": th.docs_per_source,
                                     "keepers_per_rubric": th.keepers_per_rubric, "confidence": conf,
+                                    "tau_drop_scope": ccfg.tau_drop_scope, "keepers_per_tau_drop": fitted_keepers,
                                     "expected_keeper_loss": {r: cal.expected_keeper_loss(n, ccfg.max_keeper_loss,
                                                                                          confidence=conf)
-                                                             for r, n in th.keepers_per_rubric.items()},
+                                                             for r, n in fitted_keepers.items()},
                                     "keeper_loss_p90": {r: cal.expected_keeper_loss(n, ccfg.max_keeper_loss, 0.9, conf)
-                                                        for r, n in th.keepers_per_rubric.items()}}}
+                                                        for r, n in fitted_keepers.items()}}}
     for name, h in held.items():
         report["rubrics"][name] = _rubric_report(name, h, f, ccfg, report)
     report["tau_keep"], report["tau_drop"] = th.tau_keep, th.tau_drop

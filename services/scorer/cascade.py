@@ -1,8 +1,12 @@
 """The early-exit cascade: layers [0, L_probe) → Probe → (survivors only) layers [L_probe, L_judge) → Judge.
 
-Every document is read whole as windows (windows.py). A document whose Probe quality is below its
-rubric's τ_drop is dropped right there: none of its windows enters layer L_probe or any later
-layer (the backbone counts layer calls, tests check it). Layers after L_judge are never run.
+Every document is read whole as windows (windows.py). The Probe reads `heads.probe_windows` of
+them (all by default) through layers [0, L_probe). A document is dropped right there when the
+Probe's quality falls more than τ_drop below its source's keep threshold — its Probe margin,
+`probe_quality − τ_keep(source)`, is under τ_drop (calibrate.py says why a margin): its remaining
+windows are never read and none of its windows enters layer L_probe or any later layer (the
+backbone counts layer calls, tests check it). Survivors read their other windows through
+[0, L_probe), then all of them through [L_probe, L_judge); layers after L_judge never run.
 Documents are scored in length-sorted micro-batches to limit padding. Modes for comparison:
 `judge` (every document through L_judge, no Probe) and `probe` (stop at L_probe and keep on the
 Probe's score).
@@ -25,8 +29,8 @@ from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.rubrics import rubric_for
 from services.scorer.windows import (
     WindowReader,
+    Windows,
     document_batches,
-    log_length,
     per_document,
     pool_per_document,
 )
@@ -58,8 +62,14 @@ def build_heads(blob: dict, width: int) -> dict:
 
 def reader_for(bb: LayerwiseBackbone, meta: dict) -> WindowReader:
     """The window reader heads.pt was trained with (its meta records the windowing)."""
-    return WindowReader(bb.tokenizer, meta["window_tokens"], meta["max_tokens"], meta["window_policy"],
-                        meta["code_layout"])
+    return WindowReader.from_meta(bb.tokenizer, meta)
+
+
+def _stack_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Rows of two [R, T, ...] tensors in one, right-padded with zeros to the wider T."""
+    t = max(a.shape[1], b.shape[1])
+    pad = lambda z: torch.nn.functional.pad(z, (0, 0) * (z.dim() - 2) + (0, t - z.shape[1]))  # noqa: E731
+    return torch.cat([pad(a), pad(b)])
 
 
 class CascadeScorer:
@@ -92,6 +102,13 @@ class CascadeScorer:
     def keep_threshold(self, source: str, kind: str) -> float:
         return float(self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf)))
 
+    def drops(self, probe_q: float, source: str, kind: str, rubric: str) -> bool:
+        """Whether the Probe drops a document: its margin below its source's τ_keep is under τ_drop
+        (the rubric's, else the pooled `*`). Without both thresholds nothing is dropped."""
+        tau_drop = self.tau_drop.get(rubric, self.tau_drop.get("*", -math.inf))
+        tau_keep = self.keep_threshold(source, kind)
+        return math.isfinite(tau_drop) and math.isfinite(tau_keep) and probe_q - tau_keep < tau_drop
+
     @torch.no_grad()
     def score(self, texts: list[str], kinds: list[str], sources: list[str] | None = None,
               mode: str = "cascade") -> dict[str, np.ndarray]:
@@ -102,7 +119,11 @@ class CascadeScorer:
         probe_q, judge_q, coverage = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
         rubric_names = [rubric_for(k).name for k in kinds]
         for idx in document_batches(texts, self.micro_batch, self.reader.budget_windows):
-            self._score_batch(idx, texts, kinds, rubric_names, mode, probe_q, judge_q, coverage)
+            win = self.reader.read([texts[i] for i in idx], [kinds[i] for i in idx])
+            coverage[idx] = np.array(win.tokens_read) / np.maximum(1, np.array(win.tokens_total))
+            docs = [(rubric_names[i], sources[i], kinds[i]) for i in idx]
+            p, j = self._score_batch(win, docs, mode)
+            probe_q[idx], judge_q[idx] = p, j
         quality = np.where(np.isnan(judge_q), probe_q, judge_q)
         tau = np.array([self.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
         keep = quality >= tau
@@ -111,55 +132,60 @@ class CascadeScorer:
         return {"probe_quality": probe_q, "judge_quality": judge_q, "quality": quality, "keep": keep,
                 "judge_skipped": np.isnan(judge_q), "read_fraction": coverage}
 
-    def _score_batch(self, idx, texts, kinds, rubric_names, mode, probe_q, judge_q, coverage) -> None:
-        win = self.reader.read([texts[i] for i in idx], [kinds[i] for i in idx])
-        dev = self.bb.device
+    def _score_batch(self, win: Windows, docs: list[tuple[str, str, str]], mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """Probe and Judge quality (NaN where not computed) of one micro-batch; docs = (rubric, source, kind)."""
+        dev, n = self.bb.device, len(docs)
+        probe_q, judge_q = np.full(n, np.nan), np.full(n, np.nan)
+        stats = win.doc_stats().to(dev)
         ids, am = win.input_ids.to(dev), win.attention_mask.to(dev)
-        coverage[idx] = np.array(win.tokens_read) / np.maximum(1, np.array(win.tokens_total))
-        log_len = log_length(win.tokens_total).to(dev)
-        # every mode runs layers [0, L_probe) first: the Judge reads the layer-L_probe states too
-        st = self.bb.run(self.bb.embed(ids, am), self.probe_layer)
+        first = [r for r, flag in enumerate(win.probe_row) if flag or mode == "judge"]  # rows the first leg reads
+        st = self.bb.run(self.bb.embed(ids[first], am[first]), self.probe_layer)
         hp = self.bb.features(st)
-        survivors = list(range(len(idx)))
+        survivors = list(range(n))
         if mode != "judge":
-            pooled = pool_per_document(hp, am, win.doc, len(idx))
-            for name, docs in self._by_rubric(idx, survivors, rubric_names).items():
-                q = self._quality(self.heads[name][0].forward_pooled(pooled[docs], log_len[docs]))
-                probe_q[[idx[j] for j in docs]] = q
+            pooled = pool_per_document(hp, st.attention_mask, [win.doc[r] for r in first], n)
+            for name, members in self._by_rubric(docs, survivors).items():
+                probe_q[members] = self._quality(self.heads[name][0].forward_pooled(pooled[members], stats[members]))
             if mode == "probe":
-                return
-            survivors = [j for j, i in enumerate(idx) if probe_q[i] >= self.tau_drop.get(rubric_names[i], -math.inf)]
+                return probe_q, judge_q
+            survivors = [d for d in survivors if not self.drops(probe_q[d], docs[d][1], docs[d][2], docs[d][0])]
             if not survivors:
-                return
-        rows = [r for r, d in enumerate(win.doc) if d in set(survivors)]
-        local = {j: k for k, j in enumerate(survivors)}
+                return probe_q, judge_q
+        alive = set(survivors)
+        read = [k for k, r in enumerate(first) if win.doc[r] in alive]  # first-leg rows the survivors keep
+        rest = [r for r in range(len(win.doc)) if win.doc[r] in alive and r not in set(first)]
+        st_read = self.bb.select(st, torch.as_tensor(read, device=dev)) if len(read) < len(first) else st
+        legs = [(st_read, [first[k] for k in read])]
+        if rest:
+            legs.append((self.bb.run(self.bb.embed(ids[rest], am[rest]), self.probe_layer), rest))
+        h, hp2, mask, rows = None, None, None, []
+        for leg, leg_rows in legs:
+            hj, hpl, ml = self.bb.features(self.bb.run(leg, self.judge_layer)), self.bb.features(leg), leg.attention_mask
+            h, hp2, mask = (hj, hpl, ml) if h is None else (_stack_rows(h, hj), _stack_rows(hp2, hpl),
+                                                            _stack_rows(mask.unsqueeze(-1), ml.unsqueeze(-1)).squeeze(-1))
+            rows += leg_rows
+        local = {d: k for k, d in enumerate(survivors)}
         row_doc = [local[win.doc[r]] for r in rows]
-        if len(rows) < len(win.doc):
-            keep = torch.as_tensor(rows, device=dev)
-            st = self.bb.select(st, keep)
-            hp, am = hp[keep][:, : st.hidden.shape[1]], am[keep][:, : st.hidden.shape[1]]
-            bucket = win.bucket[rows][:, : st.hidden.shape[1]]
-        else:
-            bucket = win.bucket
-        h = self.bb.features(self.bb.run(st, self.judge_layer))
-        seqs = per_document(h, am, row_doc, len(survivors))
-        probe_seqs = per_document(hp, am, row_doc, len(survivors))
-        buckets = per_document(bucket.to(dev), am, row_doc, len(survivors))
-        for name, docs in self._by_rubric(idx, survivors, rubric_names).items():
-            sel = [local[j] for j in docs]
+        t = mask.shape[1]
+        bucket, rep = win.bucket[rows][:, :t].to(dev), win.repeated[rows][:, :t].to(dev)
+        per = lambda x: per_document(x, mask, row_doc, len(survivors))  # noqa: E731
+        seqs, probe_seqs, buckets, reps = per(h), per(hp2), per(bucket), per(rep)
+        for name, members in self._by_rubric(docs, survivors).items():
+            sel = [local[d] for d in members]
             x, m = pad_seqs([seqs[k] for k in sel])
             xp, _ = pad_seqs([probe_seqs[k] for k in sel])
             b, _ = pad_seqs([buckets[k] for k in sel])
-            judge = self.heads[name][1]
-            dtype = h.dtype
-            q = self._quality(judge(x.to(dev, dtype), m.to(dev), xp.to(dev, dtype), b.to(dev), log_len[docs]))
-            judge_q[[idx[j] for j in docs]] = q
+            r, _ = pad_seqs([reps[k] for k in sel])
+            judge, dtype = self.heads[name][1], h.dtype
+            judge_q[members] = self._quality(judge(x.to(dev, dtype), m.to(dev), xp.to(dev, dtype), b.to(dev),
+                                                   r.to(dev, dtype), stats[members]))
+        return probe_q, judge_q
 
     @staticmethod
-    def _by_rubric(idx: list[int], rows, rubric_names: list[str]) -> dict[str, list[int]]:
+    def _by_rubric(docs: list[tuple[str, str, str]], members: list[int]) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
-        for j in rows:
-            groups.setdefault(rubric_names[idx[j]], []).append(j)
+        for d in members:
+            groups.setdefault(docs[d][0], []).append(d)
         return groups
 
     @staticmethod

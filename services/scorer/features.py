@@ -1,9 +1,10 @@
 """Backbone features for head training, cached on disk so training never reruns the backbone.
 
 For each labelled document, read whole as windows (windows.py): the mean of the layer-L_probe
-states over every read token (all the Probe needs), the concatenated layer-L_judge and
-layer-L_probe states of those tokens in float16 and their document-position buckets (what the
-Judge attends over; heads.py says why it reads both), and the document's log length. Documents go
+states over the tokens of the windows the Probe reads (all the Probe needs), the layer-L_judge
+and layer-L_probe states of every read token in float16 with their document-position buckets and
+repeated-n-gram marks (what the Judge attends over; heads.py says why it reads both layers), and
+the document's `doc_stats` (log length, repeated fraction). Documents go
 through the backbone in length-sorted micro-batches to limit padding. The cache file records the
 backbone, layers, token budget and windowing; a mismatch recomputes instead of reusing stale
 features.
@@ -18,9 +19,9 @@ import torch
 
 from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.windows import (
+    DOC_STATS,
     WindowReader,
     document_batches,
-    log_length,
     per_document,
     pool_per_document,
 )
@@ -34,29 +35,33 @@ def extract(bb: LayerwiseBackbone, reader: WindowReader, texts: list[str], kinds
     seqs: list[torch.Tensor | None] = [None] * n
     probe_seqs: list[torch.Tensor | None] = [None] * n
     buckets: list[torch.Tensor | None] = [None] * n
-    log_len = torch.zeros(n, 1)
+    repeated: list[torch.Tensor | None] = [None] * n
+    stats = torch.zeros(n, DOC_STATS)
     coverage = torch.zeros(n)
     for idx in document_batches(texts, micro_batch, reader.budget_windows):
         win = reader.read([texts[i] for i in idx], [kinds[i] for i in idx])
         ids, am = win.input_ids.to(bb.device), win.attention_mask.to(bb.device)
         st = bb.run(bb.embed(ids, am), probe_layer)
         hp = bb.features(st).float()
-        p = pool_per_document(hp, am, win.doc, len(idx)).cpu()
+        probe_rows = [r for r, flag in enumerate(win.probe_row) if flag]
+        p = pool_per_document(hp[probe_rows], am[probe_rows], [win.doc[r] for r in probe_rows], len(idx)).cpu()
         hp_docs = per_document(hp.cpu(), am.cpu(), win.doc, len(idx))
         h = bb.features(bb.run(st, judge_layer)).float().cpu()
         h_docs = per_document(h, am.cpu(), win.doc, len(idx))
         b_docs = per_document(win.bucket, win.attention_mask, win.doc, len(idx))
-        ll = log_length(win.tokens_total)
+        r_docs = per_document(win.repeated, win.attention_mask, win.doc, len(idx))
+        doc_stats = win.doc_stats()
         for j, i in enumerate(idx):
-            pooled[i], log_len[i] = p[j], ll[j]
+            pooled[i], stats[i] = p[j], doc_stats[j]
             seqs[i] = h_docs[j].to(torch.float16).clone()
             probe_seqs[i] = hp_docs[j].to(torch.float16).clone()
             buckets[i] = b_docs[j].to(torch.uint8).clone()
+            repeated[i] = r_docs[j].to(torch.uint8).clone()
             coverage[i] = win.tokens_read[j] / max(1, win.tokens_total[j])
         if progress is not None:
             progress.update(len(idx))
-    return {"pooled": pooled, "seqs": seqs, "probe_seqs": probe_seqs, "buckets": buckets, "log_len": log_len,
-            "coverage": coverage}
+    return {"pooled": pooled, "seqs": seqs, "probe_seqs": probe_seqs, "buckets": buckets, "repeated": repeated,
+            "doc_stats": stats, "coverage": coverage}
 
 
 def cached_extract(path: str | Path, meta: dict, ids: list[str], compute) -> dict:

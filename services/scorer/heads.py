@@ -1,17 +1,24 @@
 """Probe and Judge heads (design: "Quality rubric"), over the windows of a whole document (windows.py).
 
-Probe: masked mean-pool of the layer-L_probe states of every token read → Linear(width + 1 →
-n_dims), the extra input being the document's log length. Cheap enough to run on every document;
-its job is to drop the clearly bad ones before the expensive layers.
+Probe: masked mean-pool of the layer-L_probe states of every token it reads → Linear(width + 2 →
+n_dims), the extra inputs being the document's `doc_stats` (log length, fraction of tokens in a
+repeated 8-gram). Cheap enough to run on every document; its job is to drop the clearly bad ones
+before the expensive layers.
 
 Judge: the tokens of all windows, concatenated and mean-pooled in segments of `judge_pool` tokens
 (4 in the demo: the encoder's cost falls with the square of its length) → Linear(width → dim) of
 the layer-L_judge states plus a projection of the same segments' layer-L_probe states plus an
-embedding of each segment's document-position bucket → a transformer encoder with full attention over the document (padding
-masked) → masked mean-pool → LayerNorm → Linear(dim → n_dims), built as a residual over a probe:
+embedding of each segment's document-position bucket plus a projection of its repeated-token
+fraction → a transformer encoder with full attention over the document (padding masked) →
+readout → LayerNorm → Linear(→ n_dims), built as a residual over a probe:
 
-    judge(x) = Linear([mean(h_probe), log_len]) + out(encoder(proj(h_judge) + proj_probe(h_probe) + pos))
+    judge(x) = Linear([mean(h_probe), doc_stats]) + out(readout(encoder(proj(h_judge) + proj_probe(h_probe)
+                                                                        + pos + proj_rep(repeated))))
 
+- Readout: the masked mean of the encoder's output concatenated with `READOUT_QUERIES` learned
+  attention pools (one softmax over the segments per query). Why not the mean alone: a defect
+  that sits in a few segments (a cut-off ending, a spam line, the start of a repeated passage) is
+  diluted by every clean segment in a mean; an attention pool can put its weight there.
 - Skip path: a linear head on the Probe's own input. Why: on MiniLM how linearly the rubric labels
   read from mean-pooled states falls with depth (ridge, general rubric: 0.83 at the embeddings,
   0.75 at layer 5, 0.46 at layer 6; its last layer is tuned for sentence similarity), and a
@@ -21,8 +28,7 @@ masked) → masked mean-pool → LayerNorm → Linear(dim → n_dims), built as 
   probe and the encoder learns a correction; with a random `out` the encoder's initial output
   swamps the skip and early stopping fires before either recovers (0.61 vs 0.73 measured).
 - The position buckets (eighths of the document and one for its final token) let attention tell
-  an ending from a middle (an unfinished last sentence), and compare distant windows (a repeated
-  paragraph), which a mean-pool cannot.
+  an ending from a middle (an unfinished last sentence), which a mean-pool cannot.
 The cascade already holds the layer-L_probe states of every document that reaches the Judge, so
 the extra inputs cost one (width × dim) projection per token and no backbone compute.
 
@@ -37,7 +43,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.scorer.windows import END_BUCKET
+from services.scorer.windows import DOC_STATS, END_BUCKET
+
+READOUT_QUERIES = 4
 
 
 def masked_mean(x_BTD: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
@@ -47,34 +55,36 @@ def masked_mean(x_BTD: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
 
 # Bump when a head's architecture or its inputs change: the pipeline's distill stage keys on it,
 # so an existing run directory retrains its heads instead of loading weights of another design.
-HEADS_VERSION = 3
+HEADS_VERSION = 4
 
 
 class Probe(nn.Module):
     def __init__(self, width: int, n_dims: int) -> None:
         super().__init__()
-        self.out = nn.Linear(width + 1, n_dims)
+        self.out = nn.Linear(width + DOC_STATS, n_dims)
 
-    def forward_pooled(self, pooled_BD: torch.Tensor, log_len_B1: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.cat([pooled_BD, log_len_B1.to(pooled_BD.dtype)], 1))
+    def forward_pooled(self, pooled_BD: torch.Tensor, stats_BF: torch.Tensor) -> torch.Tensor:
+        """pooled: mean layer-L_probe state of the tokens read; stats: `Windows.doc_stats`."""
+        return self.out(torch.cat([pooled_BD, stats_BF.to(pooled_BD.dtype)], 1))
 
 
-def pool_tokens(p: int, x_BTD, probe_BTD, bucket_BT, mask_BT):
+def pool_tokens(p: int, x_BTD, probe_BTD, bucket_BT, rep_BT, mask_BT):
     """Mean of every `p` consecutive tokens (padding excluded): the Judge attends over T/p segments.
 
-    A segment's bucket is its largest (so the document's final token keeps its END bucket) and it is
-    valid when any of its tokens is.
+    A segment's bucket is its largest (so the document's final token keeps its END bucket), its
+    repeated value the fraction of its tokens marked, and it is valid when any of its tokens is.
     """
     b, t = mask_BT.shape
     pad = (-t) % p
     if pad:
         x_BTD, probe_BTD = (nn.functional.pad(z, (0, 0, 0, pad)) for z in (x_BTD, probe_BTD))
-        bucket_BT, mask_BT = (nn.functional.pad(z, (0, pad)) for z in (bucket_BT, mask_BT))
+        bucket_BT, rep_BT, mask_BT = (nn.functional.pad(z, (0, pad)) for z in (bucket_BT, rep_BT, mask_BT))
     m_BSP1 = mask_BT.to(x_BTD.dtype).view(b, -1, p, 1)
     count_BS1 = m_BSP1.sum(2).clamp_min(1.0)
     mean = lambda z: (z.view(b, -1, p, z.shape[-1]) * m_BSP1).sum(2) / count_BS1  # noqa: E731
     bucket_BS = (bucket_BT * mask_BT.to(bucket_BT.dtype)).view(b, -1, p).amax(2)
-    return mean(x_BTD), mean(probe_BTD), bucket_BS, mask_BT.view(b, -1, p).any(2)
+    rep_BS = mean(rep_BT.to(x_BTD.dtype).unsqueeze(-1)).squeeze(-1)
+    return mean(x_BTD), mean(probe_BTD), bucket_BS, rep_BS, mask_BT.view(b, -1, p).any(2)
 
 
 class EncoderBlock(nn.Module):
@@ -114,31 +124,40 @@ class Judge(nn.Module):
                  dropout: float = 0.1, pool: int = 1) -> None:
         super().__init__()
         self.pool = pool
-        self.skip = nn.Linear(width + 1, n_dims)
+        self.skip = nn.Linear(width + DOC_STATS, n_dims)
         self.proj = nn.Linear(width, dim)
         self.proj_probe = nn.Linear(width, dim, bias=False)
+        self.proj_rep = nn.Linear(1, dim, bias=False)
         self.position = nn.Embedding(END_BUCKET + 1, dim)
         self.encoder = nn.ModuleList(EncoderBlock(dim, heads, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, n_dims)
+        self.queries = nn.Linear(dim, READOUT_QUERIES)
+        self.out = nn.Linear(dim * (1 + READOUT_QUERIES), n_dims)
         nn.init.zeros_(self.out.weight)  # start as the skip (a linear probe); the encoder learns a correction
         nn.init.zeros_(self.out.bias)
 
     def forward(self, x_BTD: torch.Tensor, mask_BT: torch.Tensor, probe_BTD: torch.Tensor, bucket_BT: torch.Tensor,
-                log_len_B1: torch.Tensor) -> torch.Tensor:
+                rep_BT: torch.Tensor, stats_BF: torch.Tensor) -> torch.Tensor:
         """x: layer-L_judge states; probe: layer-L_probe states of the same tokens; mask: 1 = token;
-        bucket: document-position bucket per token; log_len: windows.log_length of each document."""
-        skip_in = torch.cat([masked_mean(probe_BTD, mask_BT), log_len_B1.to(probe_BTD.dtype)], 1)
+        bucket: document-position bucket per token; rep: repeated-n-gram mark per token; stats:
+        `Windows.doc_stats` of each document."""
+        skip_in = torch.cat([masked_mean(probe_BTD, mask_BT), stats_BF.to(probe_BTD.dtype)], 1)
         if self.pool > 1:
-            x_BTD, probe_BTD, bucket_BT, mask_BT = pool_tokens(self.pool, x_BTD, probe_BTD, bucket_BT, mask_BT)
-        return self.forward_segments(x_BTD, mask_BT, probe_BTD, bucket_BT, skip_in)
+            x_BTD, probe_BTD, bucket_BT, rep_BT, mask_BT = pool_tokens(self.pool, x_BTD, probe_BTD, bucket_BT, rep_BT,
+                                                                       mask_BT)
+        return self.forward_segments(x_BTD, mask_BT, probe_BTD, bucket_BT, rep_BT, skip_in)
 
-    def forward_segments(self, x_BSD, mask_BS, probe_BSD, bucket_BS, skip_in_BD1) -> torch.Tensor:
-        """The Judge on already pooled segments; `skip_in` = [token mean of the layer-L_probe states, log_len]
+    def forward_segments(self, x_BSD, mask_BS, probe_BSD, bucket_BS, rep_BS, skip_in_BF) -> torch.Tensor:
+        """The Judge on already pooled segments; `skip_in` = [token mean of the layer-L_probe states, doc_stats]
         (training precomputes both once: the backbone is frozen, so they never change)."""
-        tokens_BSE = self.proj(x_BSD) + self.proj_probe(probe_BSD) + self.position(bucket_BS)
-        keep_B11S = mask_BS.bool()[:, None, None, :]
+        rep_BS1 = rep_BS.to(x_BSD.dtype).unsqueeze(-1)
+        tokens_BSE = self.proj(x_BSD) + self.proj_probe(probe_BSD) + self.position(bucket_BS) + self.proj_rep(rep_BS1)
+        keep_BS = mask_BS.bool()
         h_BSE = tokens_BSE
         for block in self.encoder:
-            h_BSE = block(h_BSE, keep_B11S)
-        return self.skip(skip_in_BD1) + self.out(self.norm(masked_mean(h_BSE, mask_BS)))
+            h_BSE = block(h_BSE, keep_BS[:, None, None, :])
+        h_BSE = self.norm(h_BSE)
+        scores_BSQ = self.queries(h_BSE).masked_fill(~keep_BS.unsqueeze(-1), float("-inf"))
+        pooled_BQE = torch.einsum("bsq,bse->bqe", scores_BSQ.softmax(1), h_BSE)
+        readout = torch.cat([masked_mean(h_BSE, keep_BS), pooled_BQE.flatten(1)], 1)
+        return self.skip(skip_in_BF) + self.out(readout)

@@ -104,7 +104,8 @@ def heads_meta(cfg, layers, width: int) -> dict:
     h = cfg.scorer.heads
     return {"heads_version": HEADS_VERSION, "backbone": cfg.scorer.backbone, "probe_layer": layers[0],
             "judge_layer": layers[1], "max_tokens": h.max_tokens, "window_tokens": h.window_tokens,
-            "window_policy": h.window_policy, "code_layout": h.code_layout, "width": width}
+            "window_policy": h.window_policy, "layout_marks": h.layout_marks, "probe_windows": h.probe_windows,
+            "width": width}
 
 
 def train_stage(cfg) -> dict:
@@ -112,8 +113,8 @@ def train_stage(cfg) -> dict:
     scfg, hcfg = cfg.scorer, cfg.scorer.heads
     bb = LayerwiseBackbone.load(scfg.backbone, dtype="float32")
     layers = scfg.resolved_layers(bb.n_layers)
-    reader = WindowReader(bb.tokenizer, hcfg.window_tokens, hcfg.max_tokens, hcfg.window_policy, hcfg.code_layout)
     blob = {"meta": heads_meta(cfg, layers, bb.width), "rubrics": {}}
+    reader = WindowReader.from_meta(bb.tokenizer, blob["meta"])
     report: dict = {"stage": "train", "probe_layer": layers[0], "judge_layer": layers[1], "n_layers": bb.n_layers,
                     "loss": "mse on scores/max", "rubrics": {}}
     for name, g in labels_by_rubric(load_labels(cfg)).items():

@@ -120,7 +120,8 @@ def features_meta(cfg, layers) -> dict:
     h = cfg.scorer.heads
     return {"backbone": cfg.scorer.backbone, "probe_layer": layers[0], "judge_layer": layers[1],
             "max_tokens": h.max_tokens, "window_tokens": h.window_tokens, "window_policy": h.window_policy,
-            "code_layout": h.code_layout, "contents": "windows:pooled+seqs+probe_seqs+buckets+log_len"}
+            "layout_marks": h.layout_marks, "probe_windows": h.probe_windows,
+            "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats"}
 
 
 def backbone_features(cfg, bb, reader, rubric: str, g: dict, layers) -> dict:

@@ -53,31 +53,36 @@ def _batches(idx: np.ndarray, bs: int, rng: np.random.Generator | None):
 
 def _forward(head: nn.Module, kind: str, feats: dict, rows: np.ndarray) -> torch.Tensor:
     r = torch.as_tensor(rows)
-    log_len = feats["log_len"][r]
+    stats = feats["doc_stats"][r]
     if kind == "probe":
-        return head.forward_pooled(feats["pooled"][r], log_len)
-    x, m, xp, b = (t[r] for t in judge_inputs(feats, head.pool))
+        return head.forward_pooled(feats["pooled"][r], stats)
+    x, m, xp, b, rep, skip_mean = (t[r] for t in judge_inputs(feats, head.pool))
     t = int(m.sum(1).max())  # trim the padding this batch does not need
-    return head.forward_segments(x[:, :t].float(), m[:, :t], xp[:, :t].float(), b[:, :t],
-                                 torch.cat([feats["pooled"][r], log_len], 1))
+    return head.forward_segments(x[:, :t].float(), m[:, :t], xp[:, :t].float(), b[:, :t], rep[:, :t].float(),
+                                 torch.cat([skip_mean, stats], 1))
 
 
 def judge_inputs(feats: dict, pool: int) -> tuple[torch.Tensor, ...]:
-    """Every document's Judge segments, pooled and padded once (float16) and cached in `feats`.
+    """Every document's Judge segments, pooled and padded once (float16) and cached in `feats`, and the
+    token mean of its layer-L_probe states (the skip path's input; the Probe's pooled input covers only
+    the windows the Probe reads).
 
     Padding per batch from ragged per-document tensors took 40% of an epoch (0.24 s a batch)."""
     key = f"_judge_segments_{pool}"
     if key not in feats:
-        parts = []
+        parts, means = [], []
         for i in range(len(feats["seqs"])):
             one = [feats[k][i].unsqueeze(0).float() for k in ("seqs", "probe_seqs")]
             b = feats["buckets"][i].unsqueeze(0).long()
+            rep = feats["repeated"][i].unsqueeze(0).float()
             m = torch.ones(b.shape, dtype=torch.bool)
-            parts.append(pool_tokens(pool, one[0], one[1], b, m) if pool > 1 else (one[0], one[1], b, m))
+            means.append(one[1][0].mean(0))
+            parts.append(pool_tokens(pool, one[0], one[1], b, rep, m) if pool > 1 else (one[0], one[1], b, rep, m))
         x, m = pad_seqs([p[0][0].half() for p in parts])
         xp, _ = pad_seqs([p[1][0].half() for p in parts])
         b, _ = pad_seqs([p[2][0] for p in parts])
-        feats[key] = (x.half(), m, xp.half(), b)
+        rep, _ = pad_seqs([p[3][0].half() for p in parts])
+        feats[key] = (x.half(), m, xp.half(), b, rep.half(), torch.stack(means))
     return feats[key]
 
 

@@ -80,8 +80,13 @@ class HeadsConfig(Section):
         "spread", description="Over budget: `spread` reads windows evenly from first to last (first/middle/last for "
         "three), `head` the first ones only.",
     )
-    code_layout: bool = Field(
-        True, description="Mark newlines and indentation in code with tokens the backbone knows (its tokenizer drops layout).",
+    layout_marks: Literal["none", "code", "all"] = Field(
+        "all", description="Documents whose newlines and indentation become tokens the backbone reads (its tokenizer "
+        "drops layout): none, code only, or all (headings and paragraphs of prose too).",
+    )
+    probe_windows: int = Field(
+        0, ge=0, le=4096, description="Windows the Probe reads, spread first to last over those the Judge reads "
+        "(0 = all of them); a document the Probe drops costs only these windows' first layers.",
     )
     judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
     judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
@@ -133,6 +138,10 @@ class CalibrationConfig(Section):
         2000, ge=0, le=10_000_000,
         description="Unlabelled documents (seeded by scorer.oracle.seed + 1, none the oracle labelled) the "
         "thresholds are fitted on; 0 = fit on the labelled held-out split.",
+    )
+    tau_drop_scope: Literal["all", "rubric"] = Field(
+        "all", description="tau_drop (on the Probe's margin below its source's tau_keep) fitted once on the keepers "
+        "of every rubric, or once per rubric (each fit needs >= 230 keepers at 0.9 confidence to drop anything).",
     )
 
     def keep_rate(self, kind: str) -> float:

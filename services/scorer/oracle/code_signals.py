@@ -32,6 +32,10 @@ _IDENT = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*")
 _MANGLED = re.compile(r"^_*(?:[A-Za-z]{1,2}_?\d+|0x[0-9a-f]+|[a-z]{1,2})$")
 _DEF = {"python": re.compile(r"^\s*(?:async\s+def|def|class)\s"), "go": re.compile(r"^\s*func\s|^type\s"),
         "c": re.compile(r"^\w[\w\s\*]*\([^;]*\)\s*\{?\s*$")}
+# declarations anywhere in the text (not only at a line start), so a collapsed file keeps its count
+_DECLARATION = {"python": re.compile(r"(?:^|(?<=[\s;:]))(?:(?:async\s+)?def\s+\w+\s*\(|class\s+\w+\s*[:(])", re.M),
+                "go": re.compile(r"(?:^|(?<=[\s;}]))(?:func\s+[\w(]|type\s+\w+\s+(?:struct|interface)\b)", re.M),
+                "c": re.compile(r"^\w[\w\s\*]*\([^;]*\)\s*\{?\s*$", re.M)}
 
 
 def code_language(text: str) -> str:
@@ -80,10 +84,16 @@ def _docstrings(text: str, lines: list[str], lang: str) -> int:
                if a.strip().startswith(("//", "*/")) and _DEF[lang].match(b))
 
 
+CHARS_PER_LINE = 50  # a collapsed file is read as this many characters per line (see code_signals)
+
+
 def code_signals(text: str) -> CodeSignals:
+    """Signals of a code file. Rates are per effective line, max(lines, characters / 50): a file
+    collapsed onto one line is as long as before, so its one comment or declaration does not
+    become a rate of 1 (a per-physical-line rate rewarded exactly the collapse it should catch)."""
     lang = code_language(text)
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    n = max(1, len(lines))
+    n = max(1.0, len(lines), sum(map(len, lines)) / CHARS_PER_LINE)
     idents = [w for w in _IDENT.findall(text) if w not in KEYWORDS[lang]]
     good = sum(len(w) >= 3 and re.search(r"[aeiouy]", w, re.I) is not None and not _MANGLED.match(w) for w in idents)
     indent = [len(ln) - len(ln.lstrip()) if not ln.startswith("\t") else 4 * (len(ln) - len(ln.lstrip("\t")))
@@ -94,13 +104,13 @@ def code_signals(text: str) -> CodeSignals:
         comments=_comment_lines(lines, lang) / n,
         docstrings=_docstrings(text, lines, lang),
         identifier_quality=good / len(idents) if idents else 0.0,
-        long_lines=sum(len(ln) > 100 for ln in lines) / n,
-        mean_line=sum(map(len, lines)) / n,
-        indented=sum(i > 0 for i in indent) / n,
-        defs=sum(bool(_DEF[lang].match(ln)) for ln in lines) / n,
+        long_lines=sum(len(ln) > 100 for ln in lines) / max(1, len(lines)),
+        mean_line=sum(map(len, lines)) / max(1, len(lines)),
+        indented=sum(i > 0 for i in indent) / max(1, len(lines)),
+        defs=len(_DECLARATION[lang].findall(text)) / n,
         top_level=sum(i == 0 and not _DEF[lang].match(ln) and not ln.lstrip().startswith(("#", "//", "@", "import",
                       "from", "}", ")", "package")) for i, ln in zip(indent, lines, strict=True)) / n,
-        depth=sum(i // 4 for i in indent) / n,
+        depth=sum(i // 4 for i in indent) / max(1, len(lines)),
     )
 
 

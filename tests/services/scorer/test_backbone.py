@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,17 +65,19 @@ def _random_heads(width: int) -> dict:
             "code": (Probe(width, 4).eval(), Judge(width, 4, 32, 1, 4).eval())}
 
 
+def _drop_below_median_margin(sc: CascadeScorer, texts, kinds) -> None:
+    """τ_keep 0 for every source and τ_drop at the median Probe margin of each rubric: half drop."""
+    probe_only = sc.score(texts, kinds, mode="probe")["probe_quality"]
+    sc.tau_keep = {"web": 0.0, "code": 0.0}
+    sc.tau_drop = {r: float(np.median([q for q, k in zip(probe_only, kinds, strict=True)
+                                       if (k == "code") == (r == "code")])) for r in ("general", "code")}
+
+
 def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(minilm):
     docs = python_docs(6, 6, seed=4)
     texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
     sc = CascadeScorer(minilm, _random_heads(minilm.width), 4, 6, WindowReader(minilm.tokenizer, 32, 32), micro_batch=5)
-    minilm.reset_counters()
-    probe_only = sc.score(texts, kinds, mode="probe")["probe_quality"]
-    # drop exactly the documents below the median Probe quality (per rubric)
-    import numpy as np
-
-    sc.tau_drop = {r: float(np.median([q for q, k in zip(probe_only, kinds, strict=True)
-                                       if (k == "code") == (r == "code")])) for r in ("general", "code")}
+    _drop_below_median_margin(sc, texts, kinds)
     minilm.reset_counters()
     res = sc.score(texts, kinds, mode="cascade")
     n_dropped = int(res["judge_skipped"].sum())
@@ -82,6 +85,26 @@ def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(mini
     assert minilm.layer_rows[:4] == [len(docs)] * 4
     assert minilm.layer_rows[4:] == [len(docs) - n_dropped] * 2
     assert not res["keep"][res["judge_skipped"]].any()
+
+
+def test_a_probe_reading_fewer_windows_leaves_the_rest_of_a_dropped_document_unread(minilm):
+    """With probe_windows=1 a dropped document costs one window's first layers; survivors read all
+    three windows and get the Judge score they get without the Probe."""
+    docs = python_docs(6, 6, seed=4, max_chars=900)
+    texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
+    reader = WindowReader(minilm.tokenizer, 32, 96, probe_windows=1)
+    windows = [len(reader.read([t], [k]).doc) for t, k in zip(texts, kinds, strict=True)]
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 4, reader, micro_batch=7)
+    judge_only = sc.score(texts, kinds, mode="judge")["judge_quality"]
+    _drop_below_median_margin(sc, texts, kinds)
+    minilm.reset_counters()
+    res = sc.score(texts, kinds, mode="cascade")
+    dropped = res["judge_skipped"]
+    kept_windows = sum(w for w, d in zip(windows, dropped, strict=True) if not d)
+    assert 0 < dropped.sum() < len(docs) and max(windows) == 3
+    assert minilm.layer_rows[:2] == [len(docs) - int(dropped.sum()) + kept_windows] * 2
+    assert minilm.layer_rows[2:4] == [kept_windows] * 2 and minilm.layer_rows[4:] == [0, 0]
+    np.testing.assert_allclose(res["judge_quality"][~dropped], judge_only[~dropped], rtol=1e-4, atol=1e-5)
 
 
 def test_cascade_never_runs_layers_after_judge_layer(minilm):

@@ -8,7 +8,7 @@ import torch
 from services.scorer.features import cached_extract, extract, pad_seqs
 from services.scorer.heads import Judge, masked_mean
 from services.scorer.train import split_indices, train_head
-from services.scorer.windows import WindowReader, document_batches
+from services.scorer.windows import DOC_STATS, WindowReader, document_batches
 
 
 def test_feature_cache_computes_once_and_recomputes_when_meta_changes(tmp_path):
@@ -45,6 +45,12 @@ def test_extract_matches_batch_of_one_and_reads_every_window(minilm):
     assert feats["coverage"][0] == 1.0
     for seq, probe_seq in zip(feats["seqs"], feats["probe_seqs"], strict=True):  # the Judge reads both layers
         assert seq.shape == probe_seq.shape and not torch.equal(seq, probe_seq)
+    assert feats["doc_stats"].shape == (3, DOC_STATS) and [len(r) for r in feats["repeated"]] == [
+        len(s) for s in feats["seqs"]]
+    first = extract(minilm, WindowReader(minilm.tokenizer, 32, 128, probe_windows=1), texts, ["web"] * 3, 2, 3)
+    torch.testing.assert_close(first["pooled"][2], first["probe_seqs"][2][:32].float().mean(0), rtol=2e-3, atol=2e-3)
+    assert not torch.allclose(first["pooled"][2], feats["pooled"][2])  # the Probe read its first window only
+    torch.testing.assert_close(first["pooled"][:2], feats["pooled"][:2])  # one-window documents: the same
 
 
 def test_judge_starts_as_a_linear_probe_on_the_probe_layer():
@@ -53,8 +59,8 @@ def test_judge_starts_as_a_linear_probe_on_the_probe_layer():
     judge = Judge(8, 3, dim=16, layers=2, heads=2).eval()
     x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
     xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
-    b, ll = torch.zeros(m.shape, dtype=torch.long), torch.ones(2, 1)
-    torch.testing.assert_close(judge(x, m, xp, b, ll), judge.skip(torch.cat([masked_mean(xp, m), ll], 1)))
+    b, rep, stats = torch.zeros(m.shape, dtype=torch.long), torch.zeros(m.shape), torch.ones(2, DOC_STATS)
+    torch.testing.assert_close(judge(x, m, xp, b, rep, stats), judge.skip(torch.cat([masked_mean(xp, m), stats], 1)))
 
 
 def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
@@ -64,15 +70,19 @@ def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
         torch.nn.init.normal_(judge.out.weight)  # zero at init (the Judge starts as its skip): wake the encoder
         x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
         xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
-        b, ll = torch.zeros(m.shape, dtype=torch.long), torch.ones(2, 1)
-        x2, xp2 = x.clone(), xp.clone()
+        b, rep, st = torch.zeros(m.shape, dtype=torch.long), torch.zeros(m.shape), torch.ones(2, DOC_STATS)
+        x2, xp2, rep2 = x.clone(), xp.clone(), rep.clone()
         x2[0, 3:] = 99.0  # garbage in the padding of either layer must not change the output
         xp2[0, 3:] = -99.0
-        torch.testing.assert_close(judge(x, m, xp, b, ll), judge(x2, m, xp2, b, ll))
-        assert not torch.allclose(judge(x, m, xp, b, ll), judge(x + 1.0, m, xp, b, ll))  # layer L_judge matters
+        rep2[0, 3:] = 1.0
+        torch.testing.assert_close(judge(x, m, xp, b, rep, st), judge(x2, m, xp2, b, rep2, st))
+        assert not torch.allclose(judge(x, m, xp, b, rep, st), judge(x + 1.0, m, xp, b, rep, st))  # layer L_judge matters
         b_end = b.clone()
         b_end[:, 2] = 8
-        assert not torch.allclose(judge(x, m, xp, b, ll), judge(x, m, xp, b_end, ll))  # positions matter
+        assert not torch.allclose(judge(x, m, xp, b, rep, st), judge(x, m, xp, b_end, rep, st))  # positions matter
+        rep_mid = rep.clone()
+        rep_mid[:, 1:3] = 1.0
+        assert not torch.allclose(judge(x, m, xp, b, rep, st), judge(x, m, xp, b, rep_mid, st))  # repeats matter
 
     rng = np.random.default_rng(0)
     pooled = torch.as_tensor(rng.normal(size=(60, 8)), dtype=torch.float32)
@@ -86,7 +96,8 @@ def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
         seed, lr, judge_lr, weight_decay, batch_size, max_epochs, patience = 0, 1e-2, 1e-3, 0.0, 16, 200, 3
         judge_dim, judge_layers, judge_heads = 16, 1, 2
 
-    res = train_head("probe", {"pooled": pooled, "log_len": torch.ones(60, 1)}, y, split["train"], split["val"], H, 8)
+    res = train_head("probe", {"pooled": pooled, "doc_stats": torch.ones(60, DOC_STATS)}, y, split["train"], split["val"],
+                     H, 8)
     assert res.epochs_run < 200 and res.epochs_run - res.best_epoch == 3
     assert res.best_val_loss == min(h["val_loss"] for h in res.history)
 
@@ -101,14 +112,17 @@ def test_training_inputs_pooled_once_give_the_judge_what_scoring_gives_it():
     seqs = [torch.randn(7, 8), torch.randn(13, 8)]
     probe_seqs = [torch.randn(7, 8), torch.randn(13, 8)]
     buckets = [torch.tensor([0] * 6 + [8], dtype=torch.uint8), torch.tensor([1] * 12 + [8], dtype=torch.uint8)]
+    repeated = [torch.tensor([0] * 5 + [1, 1], dtype=torch.uint8), torch.tensor([0] * 13, dtype=torch.uint8)]
+    stats = torch.tensor([[0.5, 2 / 7], [0.7, 0.0]])
     feats = {"seqs": [s.half() for s in seqs], "probe_seqs": [s.half() for s in probe_seqs], "buckets": buckets,
-             "pooled": torch.stack([masked_mean(p.half().float()[None], torch.ones(1, len(p)))[0] for p in probe_seqs]),
-             "log_len": torch.ones(2, 1)}
+             "repeated": repeated, "pooled": torch.zeros(2, 8),  # the Probe's input: not what the Judge reads
+             "doc_stats": stats}
     x, m = pad_seqs([s.half() for s in seqs])
     xp, _ = pad_seqs([s.half() for s in probe_seqs])
     b, _ = pad_seqs(buckets)
+    rep, _ = pad_seqs([r.float() for r in repeated])
     with torch.no_grad():
-        torch.testing.assert_close(_forward(judge, "judge", feats, np.array([0, 1])), judge(x, m, xp, b, torch.ones(2, 1)),
+        torch.testing.assert_close(_forward(judge, "judge", feats, np.array([0, 1])), judge(x, m, xp, b, rep, stats),
                                    rtol=2e-3, atol=2e-3)
 
 
@@ -126,7 +140,7 @@ def test_pair_hinge_teaches_the_probe_a_difference_the_tied_labels_do_not():
     y = np.concatenate([y, y])
     groups = [f"d{i}" for i in range(n)] * 2
     degradation = [""] * n + ["spam"] * n
-    feats = {"pooled": pooled, "log_len": torch.ones(2 * n, 1)}
+    feats = {"pooled": pooled, "doc_stats": torch.ones(2 * n, DOC_STATS)}
     train = np.array([i for i in range(2 * n) if i % n < 90])
     test = np.array([i for i in range(2 * n) if i % n >= 90])
     pairs = (source_pairs(groups, degradation, train), source_pairs(groups, degradation, test))
