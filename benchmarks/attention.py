@@ -13,7 +13,8 @@ shared 2-core box OpenMP spin-waiting makes multi-threaded timings meaningless.
     .venv/bin/python benchmarks/attention.py            # T = 512, 1024, 2048, 4096
     .venv/bin/python benchmarks/attention.py --quick    # T = 128, 256, 512, one repeat
 
-Last line: JSON with `swa_exponent`, `kda_exponent`, `full_exponent` (and every kind's
+It prints the CPU line first (model, ISA flags and caps, MKL/oneDNN code paths). Last line: JSON
+with `swa_exponent`, `kda_exponent`, `full_exponent` (the machine line, and every kind's
 `<kind>_exponent`, times and peak memory per T, and `ratio_<kind>_T<T>` = full-attention time /
 that kind's time, > 1 means faster than full attention).
 """
@@ -114,6 +115,9 @@ def main() -> None:
     if "gqa" not in args.kinds:
         args.kinds.insert(0, "gqa")
 
+    from shared.kernels.blas_probe import print_machine_line
+
+    machine = print_machine_line()  # the CPU, its ISA flags and caps, and the BLAS code paths loaded
     results = {}
     for kind in args.kinds:
         cmd = [sys.executable, __file__, "--worker", kind, "--repeats", str(repeats), "--threads", str(args.threads),
@@ -124,7 +128,7 @@ def main() -> None:
         results[kind] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{kind}: done", file=sys.stderr, flush=True)
 
-    summary: dict[str, float | int | str] = {"lengths": ",".join(map(str, lengths)), "threads": args.threads}
+    summary: dict[str, object] = {"lengths": ",".join(map(str, lengths)), "threads": args.threads, "machine": machine}
     print(f"{'kind':5} {'params':>8} " + " ".join(f"{'T=' + str(T) + ' ms':>12} {'MB':>7}" for T in lengths)
           + f" {'exponent':>9}")
     full = {int(T): r["time_s"] for T, r in results["gqa"]["rows"].items()}

@@ -13,13 +13,21 @@ only loosely (5e-2).
     .venv/bin/python benchmarks/moe_layer.py --gpu      # proxy-7b2a layer shape, bf16, our backends
 
 Ours runs as `auto` picks on CPU: at the default shape the routed path fused per expert
-(`shared.kernels.fused_experts`), with fp32 GEMMs on
-oneDNN (`shared.kernels.cpu_gemm`; torch's `mm` is MKL, which runs its AVX2 code on AMD CPUs).
-To show what each step buys, it is also timed with torch's `mm` for every GEMM (`ours_mkl`) and
-unfused with torch's `mm` (`ours_unfused`: whole-tensor permute, grouped GEMMs, combine).
+(`shared.kernels.fused_experts`), experts in concurrent single-threaded groups where that pays
+(`shared.kernels.expert_threads`), each fp32 GEMM on the library the autotune measured fastest
+for its shape class here (`shared.kernels.cpu_gemm`: MKL, as torch's `mm`, or oneDNN). To show
+what each step buys, it is also timed with MKL for every GEMM, the BLAS the peers run
+(`ours_mkl`: the same-backend figure), with the experts one after another (`ours_serial`), and
+unfused with MKL (`ours_unfused`: whole-tensor permute, grouped GEMMs, combine).
 
-Last line: JSON with `ratio` (our speed / HF's fastest), `ratio_mkl` and `ratio_unfused` (those
-variants / HF's fastest) and `ratio_torchtitan` (ours / torchtitan).
+It prints the CPU model, ISA flags and caps (`ONEDNN_MAX_CPU_ISA`, `MKL_ENABLE_INSTRUCTIONS` emulate
+an AVX2 machine on an AVX-512 one), the MKL and oneDNN code paths loaded, and for each contender
+the GEMM calls it made per library (from the libraries' verbose logs, one untimed run each).
+
+Last line: JSON with `ratio` (our speed / HF's fastest), `ratio_same_backend` (ours on MKL only /
+HF's fastest), `ratio_serial`, `ratio_unfused`, `ratio_torchtitan` (ours / torchtitan) and
+`ratio_torchtitan_same_backend`, the machine line and the calls per library; also written to
+`benchmarks/results/moe_layer.<native|avx2>.json` (not with `--quick`).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ sys.path.insert(0, str(_HERE.parent))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -42,10 +51,15 @@ from collections.abc import Callable  # noqa: E402
 import torch  # noqa: E402
 
 from shared.config.model import MoEConfig  # noqa: E402
+from shared.data.atomic import atomic_write_json  # noqa: E402
 from shared.kernels import grouped_mm  # noqa: E402
-from shared.kernels.cpu_gemm import cpu_gemm_library, use_cpu_gemm  # noqa: E402
+from shared.kernels.blas_probe import isa_tag, print_blas_calls, print_machine_line  # noqa: E402
+from shared.kernels.cpu_gemm import cpu_gemm_setting, use_cpu_gemm  # noqa: E402
 from shared.kernels.dispatch import runs_fused  # noqa: E402
+from shared.kernels.expert_threads import use_expert_threads  # noqa: E402
 from shared.model.moe import MoELayer  # noqa: E402
+
+REPO = _HERE.parent
 
 
 def build_ours(d: int, experts: int, hidden: int, top_k: int, shared: int, backend: str) -> MoELayer:
@@ -124,10 +138,12 @@ def build_torchtitan(ours: MoELayer, d: int):
     return tt
 
 
-def fwd_bwd(layer, x: torch.Tensor, g: torch.Tensor, ours: bool, cpu_gemm: str = "auto") -> Callable[[], None]:
+def fwd_bwd(layer, x: torch.Tensor, g: torch.Tensor, ours: bool, cpu_gemm: str = "auto",
+            expert_threads: str = "auto") -> Callable[[], None]:
     """One forward + backward of `layer` on x with output gradient g, gradients cleared first.
 
-    `cpu_gemm` is the library our CPU GEMMs use meanwhile (`shared.kernels.cpu_gemm`).
+    `cpu_gemm` is the library policy of our CPU GEMMs meanwhile (`shared.kernels.cpu_gemm`),
+    `expert_threads` that of our concurrent experts (`shared.kernels.expert_threads`).
     """
     params = list(layer.parameters())
 
@@ -135,7 +151,7 @@ def fwd_bwd(layer, x: torch.Tensor, g: torch.Tensor, ours: bool, cpu_gemm: str =
         for p in params:
             p.grad = None
         x.grad = None
-        with use_cpu_gemm(cpu_gemm):
+        with use_cpu_gemm(cpu_gemm), use_expert_threads(expert_threads):
             out = layer(x)
             (out[0] if ours else out).backward(g)
         if x.is_cuda:
@@ -171,7 +187,11 @@ def _check_close(name: str, layer, x: torch.Tensor, ref: torch.Tensor, tol: floa
 
 
 def cpu_bench(args) -> dict:
-    torch.set_num_threads(args.threads) if args.threads else None
+    # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
+    # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
+    # operand GEMMs up to 20× (0.37 → 6.6–7.9 ms at 128×2048×256); every contender runs under it.
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    machine = print_machine_line()
     shape = (args.d_model, args.experts, args.hidden, args.top_k, args.shared)
     ours = build_ours(*shape, "auto")
     unfused = build_ours(*shape, "loop")  # same seed, same weights: the layer before fusion and oneDNN
@@ -181,8 +201,9 @@ def cpu_bench(args) -> dict:
         ref = ours(x)[0]
         torch.testing.assert_close(unfused(x)[0], ref, atol=1e-5, rtol=1e-5)
     path = "fused" if runs_fused("auto", x[0], args.tokens * args.top_k, ours.experts.w1_EFD, grouped_mm) else "loop"
-    gemm = cpu_gemm_library()
+    gemm = cpu_gemm_setting()
     contenders = {"ours": fwd_bwd(ours, x, g, True), "ours_mkl": fwd_bwd(ours, x, g, True, "mkl"),
+                  "ours_serial": fwd_bwd(ours, x, g, True, expert_threads="off"),
                   "ours_unfused": fwd_bwd(unfused, x, g, True, "mkl")}
     for impl in ("grouped_mm", "eager"):
         hf = build_hf(ours, args.d_model, impl)
@@ -196,20 +217,29 @@ def cpu_bench(args) -> dict:
         _check_close("torchtitan[fp32 grouped_mm]", tt, x, ref, 5e-2, " (its bf16 input casts)")
         tt.tokens_per_expert_E.zero_()
         contenders["torchtitan"] = fwd_bwd(tt, x, g, False)
+    for run in contenders.values():
+        run()  # first calls: the GEMM autotune measures its new shape classes here, untimed
+    calls = print_blas_calls(contenders)
     t = time_interleaved(contenders, args.repeats)
-    labels = {"ours": f"ours[auto -> {path}, {gemm} GEMMs]", "ours_mkl": f"ours[auto -> {path}, torch.mm GEMMs]",
-              "ours_unfused": "ours[loop, unfused, torch.mm GEMMs]"}
+    labels = {"ours": f"ours[auto -> {path}, {gemm} GEMMs]", "ours_mkl": f"ours[auto -> {path}, MKL GEMMs]",
+              "ours_serial": f"ours[auto -> {path}, {gemm} GEMMs, experts serially]",
+              "ours_unfused": "ours[loop, unfused, MKL GEMMs]"}
     for name, seconds in t.items():
         print(f"{labels.get(name, name)}: {seconds * 1e3:.1f} ms", flush=True)
     best_impl = min(("grouped_mm", "eager"), key=lambda k: t[f"hf_{k}"])
     hf_best = t[f"hf_{best_impl}"]
+    tt = t.get("torchtitan")
     result: dict = {"tokens": args.tokens, "d_model": args.d_model, "experts": args.experts, "hidden": args.hidden,
                     "top_k": args.top_k, "threads": torch.get_num_threads(), "ours_path": path, "cpu_gemm": gemm,
                     **{f"{name}_s": seconds for name, seconds in t.items()}, "hf_fastest": best_impl,
-                    "ratio": hf_best / t["ours"], "ratio_mkl": hf_best / t["ours_mkl"],
-                    "ratio_unfused": hf_best / t["ours_unfused"],
-                    "ratio_torchtitan": t["torchtitan"] / t["ours"] if "torchtitan" in t else None}
-    print(f"ours vs HF fastest ({best_impl}): {result['ratio']:.2f}x; vs torchtitan: {result['ratio_torchtitan']}")
+                    "ratio": hf_best / t["ours"], "ratio_same_backend": hf_best / t["ours_mkl"],
+                    "ratio_serial": hf_best / t["ours_serial"], "ratio_unfused": hf_best / t["ours_unfused"],
+                    "ratio_torchtitan": tt / t["ours"] if tt else None,
+                    "ratio_torchtitan_same_backend": tt / t["ours_mkl"] if tt else None,
+                    "machine": machine, "blas_calls": calls, "load_average": os.getloadavg()}
+    tt_text = "n/a" if tt is None else f"{result['ratio_torchtitan']:.2f}x ({result['ratio_torchtitan_same_backend']:.2f}x)"
+    print(f"ours vs HF fastest ({best_impl}): {result['ratio']:.2f}x best backend, "
+          f"{result['ratio_same_backend']:.2f}x same backend (MKL); vs torchtitan: {tt_text}", flush=True)
     return result
 
 
@@ -245,10 +275,16 @@ def main() -> None:
     p.add_argument("--shared", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default: benchmarks/results/moe_layer.<native|avx2>[.t<threads>].json; none with --quick)")
     args = p.parse_args()
     if args.quick:
         args.tokens, args.d_model, args.experts, args.hidden, args.top_k, args.repeats = 256, 64, 8, 32, 2, 2
     result = gpu_bench(args) if args.gpu else cpu_bench(args)
+    suffix = "gpu" if args.gpu else isa_tag() + (f".t{args.threads}" if args.threads else "")
+    out = args.out or (None if args.quick else REPO / "benchmarks" / "results" / f"moe_layer.{suffix}.json")
+    if out is not None:
+        atomic_write_json(out, result)
     print(json.dumps(result))
 
 

@@ -1,12 +1,15 @@
 """Full training step (forward + backward + AdamW step), tokens/s: ours vs HF DeepseekV3 vs torchtitan.
 
-Issue 10's trainer benchmark. The same DeepSeek-V3-shaped model (MLA attention, a dense first
+The same DeepSeek-V3-shaped model (MLA attention, a dense first
 layer, then MoE layers of shared + fine-grained routed SwiGLU experts, sigmoid top-k routing with
 one group) is built three times, in one process:
 
 * ours: `shared.model.MoETransformer` from `configs/tiny.yaml` with overrides that set the shape,
   `attention.pattern=[mla]` and the MLA ranks; its loss adds `aux["aux_loss"]` and its step ends
-  with `update_router_biases()` (the aux-loss-free bias update is part of our training step);
+  with `update_router_biases()` (the aux-loss-free bias update is part of our training step).
+  It runs twice, same weights: as it runs by default (each GEMM on the library the autotune
+  measured fastest here, `shared.kernels.cpu_gemm`) and as `ours[mkl]`, every GEMM on MKL, the
+  BLAS the peers run: the same-backend figure;
 * Hugging Face transformers' `DeepseekV3ForCausalLM` (SDPA attention), timed with every experts
   implementation it offers (`config._experts_implementation` = `grouped_mm`, `eager`); the ratio
   is against the fastest;
@@ -17,13 +20,18 @@ one group) is built three times, in one process:
 All run fp32 on CPU with `torch.optim.AdamW` (same hyper-parameters, one parameter group) and the
 same next-token cross-entropy; parameter counts are printed and must agree to 1%. Steps are
 interleaved (one step of each system per round, rotating the order) so load on the shared machine
-hits all systems alike; the figure is the median over rounds after warm-up.
+hits all systems alike; the figure is the median over rounds after warm-up. It prints the CPU
+model, ISA flags and caps (`ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2` emulate an AVX2
+machine), the MKL and oneDNN code paths loaded, and each system's GEMM calls per library (from
+the libraries' verbose logs, one untimed step each).
 
     .venv/bin/python benchmarks/train_step.py             # d 256, 4 layers, 16 experts x 128, top-2, 8 x 256
     .venv/bin/python benchmarks/train_step.py --quick     # a small smoke run
     .venv/bin/python benchmarks/train_step.py --profile   # also print the top ops of one step of each
 
-Last line: JSON with `ratio` (our tokens/s / HF's fastest) and `ratio_torchtitan` (ours / torchtitan's).
+Last line: JSON with `ratio` (our tokens/s / HF's fastest), `ratio_same_backend` (`ours[mkl]` / HF's
+fastest), `ratio_torchtitan` and `ratio_torchtitan_same_backend`, the machine line and the calls per
+library; also written to `benchmarks/results/train_step.<native|avx2>.json` (not with `--quick`).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ sys.path.insert(0, str(_HERE.parent))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -48,6 +57,10 @@ from dataclasses import dataclass  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
+
+from shared.data.atomic import atomic_write_json  # noqa: E402
+from shared.kernels.blas_probe import isa_tag, print_blas_calls, print_machine_line  # noqa: E402
+from shared.kernels.cpu_gemm import use_cpu_gemm  # noqa: E402
 
 REPO = _HERE.parent
 TINY = REPO / "configs" / "tiny.yaml"
@@ -199,14 +212,26 @@ def make_step(model: nn.Module, forward: Callable[[torch.Tensor], tuple[torch.Te
     return step
 
 
-def systems(s: Shape, hf_impls: list[str]) -> dict[str, tuple[nn.Module, Callable[[torch.Tensor], float]]]:
+def _ours_system(s: Shape, cpu_gemm: str) -> tuple[nn.Module, Callable[[torch.Tensor], float], int]:
     ours, dense_hidden = build_ours(s)
 
     def ours_fwd(x):
         logits, aux = ours(x)
         return logits, aux["aux_loss"]
 
-    out = {"ours": (ours, make_step(ours, ours_fwd, ours.update_router_biases))}
+    step = make_step(ours, ours_fwd, ours.update_router_biases)
+
+    def step_with(tokens: torch.Tensor) -> float:
+        with use_cpu_gemm(cpu_gemm):
+            return step(tokens)
+
+    return ours, step_with, dense_hidden
+
+
+def systems(s: Shape, hf_impls: list[str]) -> dict[str, tuple[nn.Module, Callable[[torch.Tensor], float]]]:
+    ours, ours_step, dense_hidden = _ours_system(s, "auto")
+    same_backend, same_backend_step, _ = _ours_system(s, "mkl")
+    out = {"ours": (ours, ours_step), "ours[mkl]": (same_backend, same_backend_step)}
     for impl in hf_impls:
         hf = build_hf(s, dense_hidden, impl)
         out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, m=hf: (m(input_ids=x).logits, None)))
@@ -296,19 +321,30 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7, help="timed steps per system (median reported)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of one step of each")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default: benchmarks/results/train_step.<native|avx2>[.t<threads>].json; none with --quick)")
     args = p.parse_args()
     if args.quick:
         args.vocab, args.d_model, args.layers, args.heads, args.experts, args.hidden = 512, 64, 2, 2, 4, 32
         args.q_lora, args.kv_lora, args.qk_nope, args.qk_rope, args.v_dim = 32, 16, 16, 8, 16
         args.seq, args.batch, args.warmup, args.rounds = 32, 2, 1, 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
+    # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
+    # operand GEMMs up to 20× (0.37 → 6.6–7.9 ms at 128×2048×256); every contender runs under it.
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     s = Shape(vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, experts=args.experts,
               hidden=args.hidden, top_k=args.top_k, shared=args.shared, first_dense=args.first_dense,
               q_lora=args.q_lora, kv_lora=args.kv_lora, qk_nope=args.qk_nope, qk_rope=args.qk_rope,
               v_dim=args.v_dim, seq=args.seq, batch=args.batch)
+    machine = print_machine_line()
     built = systems(s, ["grouped_mm", "eager"])
     counts = check_same_size(built)
+    probe = torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=torch.Generator().manual_seed(7))
+    for _, step in built.values():
+        step(probe)  # first steps: the GEMM autotune measures its new shape classes here, uncounted
+    # (CPU flash attention runs its blocks as MKL SGEMMs, so ours counts thousands where the peers'
+    # math-path attention counts a few batched calls)
+    calls = print_blas_calls({name: (lambda step=step: step(probe)) for name, (_, step) in built.items()})
     times = time_steps(built, s, args.warmup, args.rounds)
     tokens = s.batch * s.seq
     # The median step is the headline; the fastest step is printed too because load from other jobs on
@@ -325,14 +361,22 @@ def main() -> None:
         "shape": vars(s), "threads": torch.get_num_threads(), "rounds": args.rounds, "params": counts,
         "tokens_per_s": tps, "tokens_per_s_fastest_step": tps_best, "hf_fastest": best_hf,
         "ratio": tps["ours"] / tps[best_hf],
+        "ratio_same_backend": tps["ours[mkl]"] / tps[best_hf],
         "ratio_torchtitan": tps["ours"] / tps["torchtitan"] if has_tt else None,
+        "ratio_torchtitan_same_backend": tps["ours[mkl]"] / tps["torchtitan"] if has_tt else None,
         "ratio_fastest_step": tps_best["ours"] / tps_best[best_hf_min],
         "ratio_torchtitan_fastest_step": tps_best["ours"] / tps_best["torchtitan"] if has_tt else None,
+        "machine": machine, "blas_calls": calls, "load_average": os.getloadavg(),
     }
-    tt = "n/a" if result["ratio_torchtitan"] is None else f"{result['ratio_torchtitan']:.2f}x"
-    print(f"ours vs HF fastest ({best_hf}): {result['ratio']:.2f}x; ours vs torchtitan: {tt} (medians)", flush=True)
+    tt = "n/a" if not has_tt else f"{result['ratio_torchtitan']:.2f}x ({result['ratio_torchtitan_same_backend']:.2f}x)"
+    print(f"ours vs HF fastest ({best_hf}): {result['ratio']:.2f}x best backend, {result['ratio_same_backend']:.2f}x "
+          f"same backend (MKL); ours vs torchtitan: {tt} (medians)", flush=True)
     if args.profile:
         profile(built, s, top=15)
+    suffix = isa_tag() + (f".t{args.threads}" if args.threads else "")
+    out = args.out or (None if args.quick else REPO / "benchmarks" / "results" / f"train_step.{suffix}.json")
+    if out is not None:
+        atomic_write_json(out, result)
     print(json.dumps(result))
 
 

@@ -216,7 +216,16 @@ def run_pipeline(cfg: ExperimentConfig, log=print) -> dict[str, Any]:
     cfg = layout(cfg)
     root = Path(cfg.train.out_dir).parent
     save_resolved(cfg, root)
-    os.environ.pop("MOELAB_PARENT_RUN", None)
+    outer_parent = os.environ.pop("MOELAB_PARENT_RUN", None)
+    try:
+        return _run_stages(cfg, root, log)
+    finally:  # the caller's environment as it was: a later run in this process is no stage's child
+        os.environ.pop("MOELAB_PARENT_RUN", None)
+        if outer_parent is not None:
+            os.environ["MOELAB_PARENT_RUN"] = outer_parent
+
+
+def _run_stages(cfg: ExperimentConfig, root: Path, log) -> dict[str, Any]:
     run = tracking.init(config=cfg, name=f"{cfg.name}-pipeline", tags=["pipeline"])
     # every stage's runs are children of this one: through the config (it travels to Ray workers)
     # and the environment (for code that reports without a config)

@@ -56,6 +56,9 @@ class DoctorReport:
     cpu_cores: int
     memory_gib: float
     disk_free_gib: float
+    cpu: dict = field(default_factory=dict)  # model, ISA flags, ISA-capping variables, autotune key
+    blas: dict[str, str | None] = field(default_factory=dict)  # the MKL / oneDNN code paths really running
+    cpu_gemm_autotune: list[dict] = field(default_factory=list)  # this machine's measured GEMM choices
     cpu_fp32_gflops: float | None = None
     gloo_allreduce_gbps: float | None = None
     gpus: list[GpuReport] = field(default_factory=list)
@@ -104,18 +107,23 @@ def cpu_cores() -> int:
 
 def measure_cpu_fp32_gflops(n: int = 1024, repeats: int = 5) -> float:
     """Best-of-`repeats` fp32 matmul throughput on this process's threads, the faster of torch's
-    `mm` (MKL) and `shared.kernels.cpu_gemm.mm_nt` (oneDNN where available).
+    `mm` (MKL) and oneDNN's matmul (`shared.kernels.cpu_gemm.mm_nt` pinned to it).
 
     MFU must be measured against the fastest GEMM the model can run: on AMD CPUs MKL runs at about
-    half the speed oneDNN reaches, and the model's large GEMMs use oneDNN, so a peak taken from
-    `torch.mm` alone would put MFU near or above 100%.
+    half the speed oneDNN reaches, and the model runs its GEMMs on whichever is faster, so a peak
+    taken from `torch.mm` alone would put MFU near or above 100% there.
     """
-    from shared.kernels.cpu_gemm import mm_nt
+    from shared.kernels import cpu_gemm
 
     a = torch.randn(n, n)
     b = torch.randn(n, n)
+
+    def onednn() -> None:
+        with cpu_gemm.use_cpu_gemm("onednn" if cpu_gemm.onednn_available() else "mkl"):
+            cpu_gemm.mm_nt(a, b)
+
     best = float("inf")
-    for gemm in (lambda: torch.mm(a, b), lambda: mm_nt(a, b)):
+    for gemm in (lambda: torch.mm(a, b), onednn):
         gemm()
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -205,13 +213,53 @@ def measure_allreduce_busbw(backend: str, world: int, numel: int, iters: int) ->
     return float(queue.get())
 
 
-def run_doctor(require_gpu: bool = False, quick: bool = False) -> DoctorReport:
+# GEMMs whose shape classes `moelab doctor` makes sure are measured, as (m, k, n, layouts, vary): one
+# linear of the train-step benchmark (d 256 → 128 over 2,048 rows: forward, input and weight
+# gradient) and one routed expert of the MoE layer benchmark (512 rows, d 512, width 128), whose
+# row count varies with the routing.
+PROBE_GEMMS = (
+    (2048, 256, 128, "rr", ""), (2048, 128, 256, "rc", ""), (128, 2048, 256, "cc", ""),
+    (512, 512, 128, "rr", "m"), (512, 512, 128, "rc", "m"), (512, 512, 128, "cc", "k"),
+)
+
+
+def cpu_gemm_report(retune: bool = False, quick: bool = False) -> list[dict]:
+    """This machine's GEMM choices after measuring `PROBE_GEMMS` (all of them measured again with
+    `retune`), one row per shape class with both libraries' times."""
+    from shared.kernels import cpu_gemm, gemm_autotune
+
+    tuner = gemm_autotune.TUNER
+    tuner.reset()  # read the cache of this MOELAB_HOME
+    if retune:
+        tuner.clear()
+    if cpu_gemm.onednn_available():
+        for m, k, n, layout, vary in PROBE_GEMMS[:3] if quick else PROBE_GEMMS:
+            tuner.library(m, k, n, layout, vary)
+    section = gemm_autotune.read_cache().get(tuner.key, {}).get("classes", {})
+    return [{"class": label, "library": e["library"], "mkl_us": round(e["mkl_us"], 1),
+             "onednn_us": round(e["onednn_us"], 1), "provisional": e.get("provisional", False),
+             "load_average": e.get("load_average")} for label, e in sorted(section.items())]
+
+
+def cpu_facts() -> dict:
+    from shared.kernels import gemm_autotune
+
+    fingerprint = gemm_autotune.machine_fingerprint()
+    return {"model": fingerprint["cpu"], "isa_flags": fingerprint["isa_flags"], "isa_env": fingerprint["env"],
+            "autotune_key": gemm_autotune.machine_key(fingerprint)}
+
+
+def run_doctor(require_gpu: bool = False, quick: bool = False, retune: bool = False) -> DoctorReport:
     """Collect versions, resources and measured peaks; `failures` lists every failed check."""
+    from shared.kernels.blas_probe import libraries
+
     report = DoctorReport(
         versions=package_versions(),
         cpu_cores=cpu_cores(),
         memory_gib=memory_gib(),
         disk_free_gib=shutil.disk_usage(Path.cwd()).free / 2**30,
+        cpu=cpu_facts(),
+        blas=libraries(),
     )
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -229,6 +277,7 @@ def run_doctor(require_gpu: bool = False, quick: bool = False) -> DoctorReport:
         if require_gpu:
             report.failures.append("no CUDA device visible to torch (--require-gpu); check the driver and CUDA_VISIBLE_DEVICES")
         report.cpu_fp32_gflops = measure_cpu_fp32_gflops(n=512 if quick else 1024)
+        report.cpu_gemm_autotune = cpu_gemm_report(retune=retune, quick=quick)
         report.gloo_allreduce_gbps = measure_allreduce_busbw("gloo", 2, 2**20 if quick else 16 * 2**20, 5)
     if report.disk_free_gib < 1.0:
         report.failures.append(f"only {report.disk_free_gib:.2f} GiB free disk in {Path.cwd()}")

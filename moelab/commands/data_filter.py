@@ -105,6 +105,9 @@ def format_funnel(stats: dict) -> str:
             if st.get("skipped"):
                 lines.append(f"  {'':<15} skipped (counted, not removed): "
                              + ", ".join(f"{k} {v}" for k, v in st["skipped"].items()))
+            if st.get("flagged"):
+                what = "reviewed (kept unless removed above)" if st["name"] == "perplexity" else "flagged for review"
+                lines.append(f"  {'':<15} {what}: " + ", ".join(f"{k} {v}" for k, v in st["flagged"].items()))
     for source, d in stats.get("sources", {}).items():
         if "funnel" in d:
             lines.append(f"source {source}: " + " -> ".join(f"{f['stage']} {f['docs']}" for f in d["funnel"]))

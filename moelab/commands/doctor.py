@@ -11,13 +11,26 @@ def format_table(report) -> str:
     rows: list[tuple[str, str]] = []
     for name, version in report.versions.items():
         rows.append((name, version or "absent"))
+    cpu = report.cpu
     rows += [
+        ("cpu", cpu.get("model", "unknown")),
+        ("cpu ISA flags", " ".join(cpu.get("isa_flags", [])) or "none of the tracked ones"),
+        ("ISA caps (env)", " ".join(f"{k}={v}" for k, v in cpu.get("isa_env", {}).items()) or "none"),
+        ("MKL", report.blas.get("mkl") or "not found"),
+        ("oneDNN", report.blas.get("onednn") or "not found"),
+        ("ATen CPU kernels", report.blas.get("aten") or "unknown"),
         ("cpu cores", str(report.cpu_cores)),
         ("memory", f"{report.memory_gib:.1f} GiB"),
         ("free disk", f"{report.disk_free_gib:.1f} GiB"),
     ]
     if report.cpu_fp32_gflops is not None:
         rows.append(("cpu fp32 matmul", f"{report.cpu_fp32_gflops:.1f} GFLOP/s (measured)"))
+    if report.cpu_gemm_autotune:
+        rows.append(("cpu GEMM autotune", f"key {cpu.get('autotune_key')} (MOELAB_HOME cache; --retune to measure again)"))
+        for entry in report.cpu_gemm_autotune:
+            note = f"  (provisional: measured at load {entry['load_average']})" if entry.get("provisional") else ""
+            rows.append((f"  {entry['class']}", f"{entry['library']:<6}  MKL {entry['mkl_us']:.1f} µs, "
+                         f"oneDNN {entry['onednn_us']:.1f} µs{note}"))
     if report.gloo_allreduce_gbps is not None:
         rows.append(("gloo all-reduce (2 proc)", f"{report.gloo_allreduce_gbps:.2f} GB/s bus bandwidth"))
     for gpu in report.gpus:
@@ -41,11 +54,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
         require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail when no CUDA device is visible."),
         quick: bool = typer.Option(False, "--quick", help="Smaller measurements (seconds, less precise)."),
+        retune: bool = typer.Option(False, "--retune", help="Forget this machine's CPU GEMM choices and measure again."),
     ) -> None:
-        """Versions, resources, measured matmul/copy/all-reduce peaks; exits 1 when a check fails."""
+        """Versions, resources, the BLAS code paths in use, the CPU GEMM autotune table, measured
+        matmul/copy/all-reduce peaks; exits 1 when a check fails."""
         from shared.hardware import run_doctor, store_peak
 
-        report = run_doctor(require_gpu=require_gpu, quick=quick)
+        report = run_doctor(require_gpu=require_gpu, quick=quick, retune=retune)
         store_peak(report)
         if as_json:
             typer.echo(json.dumps(report.to_json()))

@@ -2,8 +2,9 @@
 
 Every removed document is attributed to the first filter that removed it, with that filter's
 reason; a check a filter could not apply (no stop-word list for the language, no word units) is
-counted under `skipped` with its reason. The pipeline writes these numbers as JSON and reports the
-funnels to the tracker.
+counted under `skipped` with its reason. A layout hit that only flags the document for review (see
+`filters/base.py`) is counted under `flagged` and the document goes on, unchanged by that filter.
+The pipeline writes these numbers as JSON and reports the funnels to the tracker.
 """
 
 from __future__ import annotations
@@ -26,34 +27,44 @@ class StageStats:
     bytes_kept: int = 0
     seconds: float = 0.0
     skipped: Counter = field(default_factory=Counter)
+    flagged: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "in": self.docs_in, "kept": self.kept, "removed": dict(sorted(self.removed.items())),
             "bytes_in": self.bytes_in, "bytes_kept": self.bytes_kept, "seconds": round(self.seconds, 4),
-            "skipped": dict(sorted(self.skipped.items())),
+            "skipped": dict(sorted(self.skipped.items())), "flagged": dict(sorted(self.flagged.items())),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageStats:
         return cls(d["name"], d["in"], d["kept"], Counter(d["removed"]), d["bytes_in"], d["bytes_kept"], d["seconds"],
-                   Counter(d.get("skipped", {})))
+                   Counter(d.get("skipped", {})), Counter(d.get("flagged", {})))
 
     def merge(self, other: StageStats) -> None:
         self.docs_in += other.docs_in
         self.kept += other.kept
         self.removed.update(other.removed)
         self.skipped.update(other.skipped)
+        self.flagged.update(other.flagged)
         self.bytes_in += other.bytes_in
         self.bytes_kept += other.bytes_kept
         self.seconds += other.seconds
 
 
-class Chain:
-    """Runs filters in order on one document, recording who removed it and why."""
+LAYOUT_FLAG = "layout_flag"
 
-    def __init__(self, filters: list[Filter]):
+
+class Chain:
+    """Runs filters in order on one document, recording who removed it and why.
+
+    With `review` (the chain's perplexity pass reviews layout), a filter's `review_reasons` flag
+    the document instead: the first flag is kept in `doc.meta["layout_flag"]` as "filter:reason".
+    """
+
+    def __init__(self, filters: list[Filter], review: bool = False):
         self.filters = filters
+        self.review = review
         self.stats = [StageStats(f.name) for f in filters]
 
     def run(self, doc: Doc) -> tuple[str, str] | None:
@@ -70,6 +81,11 @@ class Chain:
             if doc.skips:
                 st.skipped.update(doc.skips)
                 doc.skips.clear()
+            if reason is not None and self.review and reason in f.review_reasons:
+                st.flagged[reason] += 1
+                doc.meta.setdefault(LAYOUT_FLAG, f"{f.name}:{reason}")
+                doc.text = text  # the document goes on as this filter received it
+                reason = None
             if reason is not None:
                 st.removed[reason] += 1
                 return f.name, reason

@@ -7,11 +7,16 @@ document is scored out of fold, fences are set per group, and each unit's decisi
 (`work/units/uNNNNNN.fitted.json`: removed keys with reasons, scores of kept keys, the stage's
 counts). `work/fitted.json` (group sizes and fences) is written last and marks the pass done, so
 a rerun skips it; a killed pass is redone from its start, with the same result.
+Layout-flagged documents (`meta.layout_flag`, see filters/base.py) are scored but neither fitted
+on nor used for the fences: the model and its cut-offs describe the documents no rule doubted.
+A flagged document the model vouches for is kept; any other is removed with its flag as the reason
+("c4:too_few_sentences"), and the stage counts every flag it saw under `flagged`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -19,9 +24,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from services.data_filter.accounting import StageStats
+from services.data_filter.accounting import LAYOUT_FLAG, StageStats
 from services.data_filter.filters import fitted_filters
-from services.data_filter.filters.perplexity import PerplexityFilter, fold_of, score
+from services.data_filter.filters.perplexity import PerplexityFilter, fold_of
 from services.data_filter.io.readers import Unit
 from services.data_filter.io.writer import write_json
 from services.data_filter.lm.reference import load_reference_texts
@@ -29,6 +34,7 @@ from services.data_filter.worker import unit_paths
 from shared.config.chains import ChainConfig
 
 UNSCORED = "und"
+FOLDS = 2
 
 
 def fitted_path(work: Path, index: int) -> Path:
@@ -45,8 +51,9 @@ def _rows(path: Path, columns: list[str], skip: set[int]):
             yield tuple(cols[c][i] for c in columns)
 
 
-def _language(meta: str) -> str:
-    return json.loads(meta).get("language") or UNSCORED
+def _language_and_flag(meta: str) -> tuple[str, str | None]:
+    m = json.loads(meta)
+    return m.get("language") or UNSCORED, m.get(LAYOUT_FLAG)
 
 
 def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], duplicates: set[int]) -> dict[str, Any]:
@@ -64,11 +71,13 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
         if found:
             filters[u.source] = found[0]
     active = [u for u in units if u.source in filters]
-    # (A) group sizes; a group too small to fit on pools with its kind and language
+    # (A) group sizes (documents no rule flagged); a group too small for fences pools with its kind and language,
+    # and a pool still too small for fences gets the word-order test alone (it needs a model, not quartiles)
     sizes: Counter = Counter()
     for u in active:
         for (meta,) in _rows(unit_paths(work, u.index)["rows"], ["meta"], duplicates):
-            sizes[(u.source, _language(meta))] += 1
+            lang, flag = _language_and_flag(meta)
+            sizes[(u.source, lang)] += flag is None
     kind_of = {u.source: u.kind for u in units}
     pooled: Counter = Counter()
     for (src, lang), n in sizes.items():
@@ -81,17 +90,16 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
             return None
         if sizes[(src, lang)] >= filt.cfg.min_group_docs:
             return f"{src}/{lang}"
-        if pooled[(kind_of[src], lang)] >= filt.cfg.min_group_docs:
+        if pooled[(kind_of[src], lang)] >= filt.cfg.min_order_docs:
             return f"{kind_of[src]}:pooled/{lang}"
         return None
 
-    # (B) training samples by group and fold, then the models
     group_size: Counter = Counter()
     for (src, lang), n in sizes.items():
-        g = group_of(src, lang)
-        if g is not None:
+        if (g := group_of(src, lang)) is not None:
             group_size[g] += n
-    folds = {g: 2 for g in group_size}
+
+    # (B) training samples by group and fold, then the models
     samples: dict[str, list[list[str]]] = {}
     budget: Counter = Counter()
     group_filter: dict[str, PerplexityFilter] = {}
@@ -100,17 +108,19 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
         if filt.cfg.reference_text:
             continue
         for doc_id, text, meta in _rows(unit_paths(work, u.index)["rows"], ["id", "text", "meta"], duplicates):
-            g = group_of(u.source, _language(meta))
-            if g is None:
+            lang, flag = _language_and_flag(meta)
+            g = group_of(u.source, lang)
+            if g is None or flag is not None:
                 continue
             group_filter.setdefault(g, filt)
-            f = fold_of(doc_id, folds[g])
-            cap = filt.cfg.max_fit_tokens // max(folds[g] - 1, 1)
-            if budget[(g, f)] < cap:
-                samples.setdefault(g, [[] for _ in range(folds[g])])[f].append(text)
+            f = fold_of(doc_id, FOLDS)
+            if budget[(g, f)] < filt.cfg.max_fit_tokens // (FOLDS - 1):
+                samples.setdefault(g, [[] for _ in range(FOLDS)])[f].append(text)
                 budget[(g, f)] += len(text.split()) + text.count("\n") + 1
     models = {}
     for g, folds in sorted(samples.items()):
+        if not all(folds):  # cross-fitting needs text in every fold (a model must never score its own text)
+            continue
         lang = g.rsplit("/", 1)[1]
         models[g] = group_filter[g].fit(folds, None if lang == UNSCORED else lang)
     references = {}
@@ -118,28 +128,29 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
         if filt.cfg.reference_text:
             texts = load_reference_texts(filt.cfg.reference_text)
             references[src] = filt.fit([texts], None)
-    # (C) out-of-fold scores, fences per group, decisions per unit
+    # (C) out-of-fold scores, fences per group (from unflagged documents), decisions per unit
     scores: dict[int, list[tuple]] = {}
     by_group: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for u in active:
         filt = filters[u.source]
         rows = []
         for key, doc_id, text, meta in _rows(unit_paths(work, u.index)["rows"], ["key", "id", "text", "meta"], duplicates):
-            lang = _language(meta)
+            lang, flag = _language_and_flag(meta)
             g = f"{u.source}/reference" if u.source in references else group_of(u.source, lang)
             fold_models = references.get(u.source) or models.get(g or "")
+            size = len(text.encode())
             if g is None or fold_models is None:
-                rows.append((key, None, 0.0, 0.0, 0, len(text.encode()), "unscored_group_too_small_or_no_word_units"))
+                rows.append((key, None, None, size, "unscored_group_too_small_or_no_word_units", flag))
                 continue
-            model = fold_models[fold_of(doc_id, len(fold_models))]
-            log_ppl, gain, n = score(model, filt, text, None if lang == UNSCORED else lang)
-            if n < filt.cfg.min_doc_tokens:
-                rows.append((key, None, log_ppl, gain, n, len(text.encode()), "unscored_too_short"))
+            s = filt.score(fold_models[fold_of(doc_id, len(fold_models))], doc_id, text, None if lang == UNSCORED else lang)
+            if s.tokens < filt.cfg.min_doc_tokens:
+                rows.append((key, None, s, size, "unscored_too_short", flag))
                 continue
-            rows.append((key, g, log_ppl, gain, n, len(text.encode()), None))
+            rows.append((key, g, s, size, None, flag))
             group_filter.setdefault(g, filt)
-            by_group[g][0].append(log_ppl)
-            by_group[g][1].append(gain)
+            if flag is None and (u.source in references or group_size[g] >= filt.cfg.min_group_docs):
+                by_group[g][0].append(s.log_ppl)
+                by_group[g][1].append(s.gain)
         scores[u.index] = rows
     fences = {g: group_filter[g].fences(*v) for g, v in sorted(by_group.items())}
     seconds = time.perf_counter() - t0
@@ -147,6 +158,7 @@ def run_fitted(units: list[Unit], work: Path, chains: dict[str, ChainConfig], du
     for u in active:
         _write_unit(u, work, filters[u.source], scores[u.index], fences, seconds * len(scores[u.index]) / total_docs)
     summary = {"groups": {g: f.to_dict() for g, f in fences.items()},
+               "order_only_groups": sorted(g for g in models if g not in fences),
                "sizes": {f"{s}/{lang}": n for (s, lang), n in sorted(sizes.items())},
                "seconds": round(seconds, 3)}
     write_json(summary, done)
@@ -157,21 +169,34 @@ def _write_unit(u: Unit, work: Path, filt: PerplexityFilter, rows: list[tuple], 
     st = StageStats(filt.name)
     skipped: Counter = Counter()
     removed: dict[str, str] = {}
-    kept_scores: dict[str, list[float]] = {}
-    for key, g, log_ppl, gain, _tokens, size, skip in rows:
+    kept_scores: dict[str, list[float | None]] = {}
+    removed_scores: dict[str, list[float | None]] = {}
+    for key, g, s, size, skip, flag in rows:
         st.docs_in += 1
         st.bytes_in += size
-        reason = None if g is None else filt.decide(log_ppl, gain, fences[g])
         if skip:
             skipped[skip] += 1
+        if flag is not None:
+            st.flagged[flag] += 1
+            reason = None if g is not None and filt.vouches(s) else flag
+        else:
+            reason = None if g is None else filt.decide(s, fences.get(g))
         if reason is not None:
             st.removed[reason] += 1
             removed[str(key)] = reason
+            if s is not None:
+                removed_scores[str(key)] = _rounded(s)
             continue
         st.kept += 1
         st.bytes_kept += size
-        if g is not None:
-            kept_scores[str(key)] = [round(10 ** log_ppl, 2), round(gain, 4)]
+        if g is not None and s is not None:
+            kept_scores[str(key)] = _rounded(s)
     st.seconds = seconds
-    stage = {**st.to_dict(), "skipped": dict(sorted(skipped.items()))}
-    write_json({"removed": removed, "scores": kept_scores, "stage": stage}, fitted_path(work, u.index))
+    st.skipped = skipped
+    write_json({"removed": removed, "scores": kept_scores, "removed_scores": removed_scores, "stage": st.to_dict()},
+               fitted_path(work, u.index))
+
+
+def _rounded(s) -> list[float | None]:
+    """(perplexity, context gain, word-order z) as stored in a kept document's meta."""
+    return [round(10 ** s.log_ppl, 2), round(s.gain, 4), round(s.order_z, 2) if math.isfinite(s.order_z) else None]

@@ -146,7 +146,8 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
                   out: Path, per_shard: int, n_samples: int):
     """Cut kept rows (not removed by a fitted filter, not duplicates) into shards of `per_shard` documents.
 
-    Shards already written are skipped; kept documents' meta gains their perplexity and context gain.
+    Shards already written are skipped; kept documents' meta gains their perplexity, context gain and
+    word-order z.
     """
     shards: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
@@ -180,8 +181,9 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
                 reason = fitted_out[keys[i]]
                 if per_reason.get(reason, 0) < n_samples:
                     per_reason[reason] = per_reason.get(reason, 0) + 1
+                    filt, _, why = reason.rpartition(":")  # a confirmed layout flag names its own filter
                     fitted_samples.append({"id": t.column("id")[i].as_py(), "source": t.column("source")[i].as_py(),
-                                           "filter": "perplexity", "reason": reason, "meta": t.column("meta")[i].as_py(),
+                                           "filter": filt or "perplexity", "reason": why, "meta": t.column("meta")[i].as_py(),
                                            "text": t.column("text")[i].as_py()[:2000]})
             if gone:
                 t = t.filter(pa.array([k not in fitted_out for k in keys], type=pa.bool_()))
@@ -191,7 +193,7 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
             for i, k in enumerate(keys):
                 if k in scores:
                     m = json.loads(metas[i])
-                    m["perplexity"], m["context_gain"] = scores[k]
+                    m["perplexity"], m["context_gain"], m["word_order_z"] = scores[k]
                     metas[i] = meta_json(m)
             t = t.set_column(t.schema.get_field_index("meta"), "meta", pa.array(metas, type=pa.string()))
         if dups:
@@ -237,7 +239,7 @@ def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[st
             d[k] += s.get(k, 0)
         for st in s["stages"]:
             for reason, n in st["removed"].items():
-                tag = f"{st['name']}:{reason}"
+                tag = reason if ":" in reason else f"{st['name']}:{reason}"  # confirmed layout flags keep their filter
                 d["removed"][tag] = d["removed"].get(tag, 0) + n
     for src, d in by_source.items():
         d["near_duplicates"] = dups_per_source.get(src, 0)

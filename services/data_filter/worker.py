@@ -16,6 +16,7 @@ import pyarrow as pa
 from services.data_filter.accounting import Chain
 from services.data_filter.dedup.minhash import Signer
 from services.data_filter.filters import build_chain
+from services.data_filter.filters.base import reviews_layout
 from services.data_filter.io.readers import Reject, Unit, read_unit
 from services.data_filter.io.writer import write_json, write_jsonl, write_parquet
 from shared.config.chains import ChainConfig, FilterConfig
@@ -63,7 +64,7 @@ class UnitProcessor:
         paths = unit_paths(work, unit.index)
         if paths["stats"].is_file():
             return json.loads(paths["stats"].read_text())
-        chain = Chain(self.filters(unit.source))
+        chain = Chain(self.filters(unit.source), review=reviews_layout(self.chains[unit.source]))
         keep_rows: dict[str, list] = {"key": [], "id": [], "text": [], "source": [], "meta": []}
         rejects: list[dict[str, Any]] = []
         removed: list[dict[str, Any]] = []

@@ -29,8 +29,14 @@ KIND_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         "normalize": {"collapse_spaces": False, "max_blank_lines": 100}, "language": _OFF, "code": {"enabled": True},
         "repetition": _OFF, "gopher_quality": _OFF, "c4": _OFF, "fineweb": _OFF, "toxicity": _OFF, "perplexity": _OFF,
     },
-    # math: LaTeX-heavy text keeps its symbols; length, repetition, toxicity and perplexity apply
-    "math": {"normalize": {"collapse_spaces": False}, "language": _OFF, "gopher_quality": _OFF, "c4": _OFF, "fineweb": _OFF},
+    # math: LaTeX-heavy text keeps its symbols; length, repetition, toxicity and perplexity apply. In formal
+    # notation a whitespace "word" is a symbol, whose n-grams repeat by the notation's grammar (Gopher's n-gram
+    # rules removed 73% of the demo's Metamath statements), and each entry repeats its format's template lines
+    # ("(Contributed by NM, 4-Nov-2000.)": up to 66% of a clean chunk's characters): no word n-gram rules, and
+    # duplicated lines or paragraphs must cover over half the text (a page repeated three times still goes)
+    "math": {"normalize": {"collapse_spaces": False}, "language": _OFF, "gopher_quality": _OFF, "c4": _OFF, "fineweb": _OFF,
+             "repetition": {"top_ngram_max_frac": {}, "dup_ngram_max_frac": {}, "max_dup_line_char_frac": 0.5,
+                            "max_dup_para_char_frac": 0.5}},
     # science prose: web rules without C4's '{' and terminal-punctuation line rules (formulas, tables)
     "science": {"c4": _OFF},
 }

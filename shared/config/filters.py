@@ -96,6 +96,9 @@ class LanguageConfig(FilterSettings):
     min_score: float = Field(
         0.65, ge=0.0, le=1.0, description="Least probability on the kept languages together (FineWeb/datatrove: 0.65 for one language)."
     )
+    sample_words: int = Field(
+        1000, ge=0, description="Longer documents are identified from this many words spread evenly over them (cost bound); 0 = whole text.",
+    )
 
 
 class CodeRulesConfig(FilterSettings):
@@ -104,6 +107,9 @@ class CodeRulesConfig(FilterSettings):
     max_mean_line_length: float = Field(100.0, ge=1, description="Highest mean line length (The Stack: 100).")
     min_alnum_fraction: float = Field(0.25, ge=0, le=1, description="Fewest alphanumeric characters (The Stack: 0.25).")
     autogen_header_lines: int = Field(5, ge=0, description="Lines searched for auto-generated markers (StarCoder: 5).")
+    autogen_keep_comment_fraction: float = Field(
+        0.5, ge=0, le=1.01, description="A generated file with at least this fraction of comment lines is kept (copied docs); > 1 = never.",
+    )
     max_encoded_fraction: float = Field(0.5, ge=0, le=1, description="Most characters in base64/hex/escape runs (StarCoder: 0.5).")
     max_encoded_run: int = Field(1024, ge=1, description="Longest base64/hex/escape run (StarCoder: 1024 chars).")
     max_data_line_fraction: float = Field(0.5, ge=0, le=1, description="Most non-blank lines that are pure numeric/CSV data.")
@@ -194,11 +200,30 @@ class PerplexityConfig(FilterSettings):
     reference_text: str | None = Field(
         None, description="Fit on this UTF-8 text/JSONL file instead of the source's own documents (cut-offs still per source)."
     )
-    fence: float = Field(1.5, gt=0, le=20, description="Tukey fence: cut at quartile -/+ fence x IQR of the group's own scores.")
+    fence: float = Field(
+        3.0, gt=0, le=20, description="Tukey fence: cut at quartile -/+ fence x IQR of the group's own scores (3: Tukey's 'far out').",
+    )
     cut_high_perplexity: bool = Field(True, description="Remove documents above the high fence of log perplexity (gibberish).")
     cut_low_perplexity: bool = Field(False, description="Remove documents below the low fence of log perplexity (templates).")
-    cut_low_context_gain: bool = Field(True, description="Remove documents the n-gram model explains no better than unigrams (shuffled, word salad).")
-    min_group_docs: int = Field(30, ge=4, description="Fewest documents of a (source, language) group to fit on; smaller groups pool by (kind, language).")
+    cut_no_word_order: bool = Field(
+        True, description="Remove documents whose word order the group's model cannot tell from random (shuffled text, word salad, gibberish).",
+    )
+    min_order_z: float = Field(3.0, ge=0, le=100, description="Word-order test: least z of log P(text) over its random permutations.")
+    order_permutations: int = Field(64, ge=4, le=1000, description="Random permutations the word-order test compares a document with.")
+    max_order_units: int = Field(2000, ge=10, description="Word units of a document (from its start) the word-order test uses.")
+    cut_low_context_gain: bool = Field(
+        False, description="Remove documents below the low fence of context gain (log P_ngram - log P_unigram; superseded by the word-order test).",
+    )
+    review_layout: bool = Field(
+        True, description="Layout-rule hits (C4 page rules, FineWeb, Gopher symbol/alpha ratios, repeated-line counts) only flag a "
+        "document; this group's model removes it unless it vouches for it (word order and perplexity pass). False: those rules remove.",
+    )
+    min_group_docs: int = Field(
+        30, ge=4, description="Fewest documents of a (source, language) group for its own fences; smaller groups pool by (kind, language).",
+    )
+    min_order_docs: int = Field(
+        6, ge=2, description="Fewest documents of a (pooled) group to fit a model for the word-order test alone (no fences).",
+    )
     min_doc_tokens: int = Field(20, ge=1, description="Documents with fewer tokens pass unscored (counted).")
     max_fit_tokens: int = Field(600_000, ge=1000, description="Tokens each model is fitted on at most (a deterministic sample, in input order).")
 

@@ -1,18 +1,19 @@
-"""fp32 CPU GEMMs through oneDNN, where torch's own `mm` runs at half the machine's speed.
+"""fp32 CPU GEMMs on whichever of torch's two libraries is faster here: MKL or oneDNN.
 
-torch's CPU `mm` calls MKL. MKL picks its code path by CPU vendor, and on AMD processors it takes
-the AVX2 kernels even when the core has AVX-512: on our Zen 5 development machine `mm` reaches
-≈ 107 GFLOP/s per core at the MoE shapes, while oneDNN (also linked into torch, dispatching on
-the instruction set alone) reaches ≈ 245 GFLOP/s on the same products, in fp32 with fp32
-accumulation (benchmarks/cpu_gemm.py; docs/moe.md). torch reaches oneDNN's matmul through
-`torch.ops.mkldnn._linear_pointwise`, the op its own compiler emits for CPU linears; it takes
-ordinary strided tensors, transposed views included.
+torch's CPU `mm` and `F.linear` call MKL; oneDNN's matmul, also linked into torch, is reached
+through `torch.ops.mkldnn._linear_pointwise` (the op torch's own compiler emits for CPU linears;
+it takes ordinary strided tensors, transposed views included). Which is faster depends on the
+machine and the product's shape: oneDNN ran 2.05× MKL on an AMD Zen 5, where MKL takes its AVX2
+code, and 0.4–1.15× MKL on an Intel Sapphire Rapids, where MKL runs AVX-512
+(`shared.kernels.gemm_autotune` measures it per machine and shape class and caches the result).
 
-`mm_nt(a, b)` = a @ b.T with the library chosen by `cpu_gemm_library()`: `onednn` for fp32 CPU
-tensors when torch has it and the product is not tiny, else `torch.mm`. `MOELAB_CPU_GEMM=mkl` (or `use_cpu_gemm("mkl")`)
-forces torch's `mm`, to compare or to rule the library out when debugging. `Linear` is an
-`nn.Linear` whose forward and backward GEMMs go through `mm_nt`: the model's dense FFNs, shared
-experts and bias-free attention projections use it, and the LM head calls `linear`.
+`mm_nt(a, b)` = a @ b.T for 2-D fp32 CPU tensors, on the library `MOELAB_CPU_GEMM` selects:
+`auto` (the default: the measured choice for the product's class), `mkl` (always torch's `mm`,
+which is what plain PyTorch runs) or `onednn` (always oneDNN, to compare). Products under
+`ONEDNN_MIN_MACS` multiply-adds, other dtypes and devices, and anything traced by `torch.compile`
+(inductor picks its own CPU GEMMs, and its lowering of `_linear_pointwise` expects weights it
+packed itself) run torch's `mm` unmeasured. `Linear` is an `nn.Linear` whose three GEMMs go through
+the same choice, and becomes plain `F.linear` when all three are MKL; the LM head calls `linear`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-LIBRARIES = ("auto", "onednn", "mkl")
-_choice = os.environ.get("MOELAB_CPU_GEMM", "auto")
+from shared.kernels import gemm_autotune
+from shared.kernels.gemm_autotune import layout_of
+
+SETTINGS = ("auto", "onednn", "mkl")
+_setting = os.environ.get("MOELAB_CPU_GEMM", "auto")
+
+# Products below this many multiply-adds run torch's `mm` without a lookup. They take ≈ 20 µs on
+# 2 AVX-512 cores, so the class lookup (≈ 1 µs) would cost up to 5%, and oneDNN's per-call cost
+# (≈ 10–30 µs) outweighs its kernel: 256×64×64 ran at 0.72–0.77× of torch's `mm` on oneDNN and
+# 1024×64×64 at 0.9–1.3×, on the machine where oneDNN is 2× faster on large products.
+ONEDNN_MIN_MACS = 1 << 22
 
 
 @functools.cache
@@ -36,73 +46,115 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def cpu_gemm_library() -> str:
-    """The library `mm_nt` uses for fp32 CPU tensors: `onednn` or `mkl` (torch's `mm`)."""
-    if _choice not in LIBRARIES:
-        raise ValueError(f"MOELAB_CPU_GEMM={_choice!r}; choose one of {list(LIBRARIES)}")
-    if _choice == "auto":
-        return "onednn" if onednn_available() else "mkl"
-    if _choice == "onednn" and not onednn_available():
+def cpu_gemm_setting() -> str:
+    """`auto`, `onednn` or `mkl`: the library policy of `mm_nt` (checked; `onednn` needs oneDNN)."""
+    if _setting not in SETTINGS:
+        raise ValueError(f"MOELAB_CPU_GEMM={_setting!r}; choose one of {list(SETTINGS)}")
+    if _setting == "onednn" and not onednn_available():
         raise RuntimeError("MOELAB_CPU_GEMM=onednn, but this torch build has no oneDNN matmul")
-    return _choice
+    return _setting
 
 
 @contextlib.contextmanager
-def use_cpu_gemm(library: str) -> Iterator[None]:
-    """Run the enclosed code with `library` (`auto`, `onednn` or `mkl`) as the CPU GEMM."""
-    global _choice
-    if library not in LIBRARIES:
-        raise ValueError(f"unknown CPU GEMM library {library!r}; choose one of {list(LIBRARIES)}")
-    previous, _choice = _choice, library
+def use_cpu_gemm(setting: str) -> Iterator[None]:
+    """Run the enclosed code with `setting` (`auto`, `onednn` or `mkl`) as the CPU GEMM policy."""
+    global _setting
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown CPU GEMM setting {setting!r}; choose one of {list(SETTINGS)}")
+    previous, _setting = _setting, setting
     try:
         yield
     finally:
-        _choice = previous
+        _setting = previous
 
 
-# Below this many multiply-adds oneDNN's per-call cost (≈ 30 µs) outweighs its faster kernel:
-# 256×64×64 ran at 0.75× torch's `mm`, 1024×64×64 at 0.9–1.3×, 4096×512×128 at 1.9–2.1×.
-ONEDNN_MIN_MACS = 1 << 21
+def library_for(m: int, k: int, n: int, layout: str, vary: str = "") -> str:
+    """`mkl` or `onednn` for an fp32 CPU product a·bᵀ (a m×k, b n×k) with operand layouts `layout`.
+
+    `vary` says which size changes from call to call at this call site (`m` rows, `k` the
+    reduction): the autotune then times oneDNN with a new primitive per call, as it will run.
+    """
+    if m * k * n < ONEDNN_MIN_MACS or _setting == "mkl" or torch.compiler.is_compiling():
+        return "mkl"
+    if _setting != "auto":
+        return cpu_gemm_setting()  # `onednn`, once checked
+    return _TUNER.library(m, k, n, layout, vary) if onednn_available() else "mkl"
 
 
-def _uses_onednn(a: Tensor, b: Tensor, macs: int) -> bool:
-    """Under `torch.compile` the plain ops are traced instead: inductor picks its own CPU GEMMs, and
-    its lowering of `_linear_pointwise` expects weights it packed itself."""
-    return (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
-            and macs >= ONEDNN_MIN_MACS and not torch.compiler.is_compiling() and cpu_gemm_library() == "onednn")
+_TUNER = gemm_autotune.TUNER
+_F32 = torch.float32
 
 
-def mm_nt(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b.T for 2-D a (m, k) and b (n, k), any strides; a new (m, n) tensor."""
-    if _uses_onednn(a, b, a.shape[0] * a.shape[1] * b.shape[0]):
-        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
-    return torch.mm(a, b.t())
+def library_of(a: Tensor, b: Tensor, vary: str = "") -> str:
+    """`library_for` the product a·bᵀ of these tensors (`mkl` unless both are fp32 on CPU). It sits
+    in front of every GEMM, so it is kept to a few attribute reads (≈ 1 µs)."""
+    if a.dtype is not _F32 or b.dtype is not _F32 or not a.is_cpu:
+        return "mkl"
+    m, k = a.shape
+    sa, sb = a.stride(), b.stride()
+    layout = ("r" if sa[1] == 1 else "c" if sa[0] == 1 else "s") + ("r" if sb[1] == 1 else "c" if sb[0] == 1 else "s")
+    return library_for(m, k, b.shape[0], layout, vary)
+
+
+def mm_nt(a: Tensor, b: Tensor, vary: str = "", out: Tensor | None = None) -> Tensor:
+    """a @ b.T for 2-D a (m, k) and b (n, k), any strides; into `out` (m, n) if given."""
+    if library_of(a, b, vary) == "onednn":
+        y = torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+        return y if out is None else out.copy_(y)
+    return torch.mm(a, b.t()) if out is None else torch.mm(a, b.t(), out=out)
+
+
+def addmm_nt_(c: Tensor, a: Tensor, b: Tensor, vary: str = "") -> Tensor:
+    """c += a @ b.T in place: on MKL one GEMM accumulating into c (no separate addition pass)."""
+    if library_of(a, b, vary) == "onednn":
+        return c.add_(torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
+    return c.addmm_(a, b.t())
 
 
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor) -> Tensor:
+    def forward(ctx, x: Tensor, w: Tensor, libraries: tuple[str, str, str]) -> Tensor:
         ctx.save_for_backward(x, w)
-        return mm_nt(x, w)
+        ctx.libraries = libraries
+        return _GEMM[libraries[0]](x, w)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, w = ctx.saved_tensors
-        dx = mm_nt(dy, w.t()) if ctx.needs_input_grad[0] else None
-        dw = mm_nt(dy.t(), x.t()) if ctx.needs_input_grad[1] else None
-        return dx, dw
+        _, dgrad, wgrad = ctx.libraries
+        dy = dy.contiguous()  # the layout the choices were made for
+        dx = _GEMM[dgrad](dy, w.t()) if ctx.needs_input_grad[0] else None
+        dw = _GEMM[wgrad](dy.t(), x.t()) if ctx.needs_input_grad[1] else None
+        return dx, dw, None
+
+
+_GEMM = gemm_autotune.GEMMS
+
+
+def linear_libraries(rows: int, w: Tensor) -> tuple[str, str, str]:
+    """The library of each GEMM of a bias-free linear on `rows` contiguous rows: forward x·wᵀ,
+    input gradient dy·w, weight gradient dyᵀ·x."""
+    n, k = w.shape
+    w_layout = layout_of(w)
+    wt_layout = {"r": "c", "c": "r"}.get(w_layout, "s")
+    return (library_for(rows, k, n, "r" + w_layout), library_for(rows, n, k, "r" + wt_layout),
+            library_for(n, rows, k, "cc"))
 
 
 def linear(x: Tensor, w: Tensor) -> Tensor:
-    """`F.linear(x, w)` without bias, its three GEMMs through `mm_nt` on CPU fp32 (else `F.linear`)."""
-    if not _uses_onednn(x, w, x.numel() * w.shape[0]):
+    """`F.linear(x, w)` without bias, each of its three GEMMs on the library chosen for it; plain
+    `F.linear` (torch's own autograd) when all three are MKL or the tensors are not CPU fp32."""
+    if x.dtype is not _F32 or w.dtype is not _F32 or not x.is_cpu:
         return F.linear(x, w)
-    y = _LinearFunction.apply(x.reshape(-1, x.shape[-1]), w)
-    return y.view(*x.shape[:-1], w.shape[0])
+    x2 = x.reshape(-1, x.shape[-1])
+    libraries = linear_libraries(x2.shape[0], w)
+    if libraries == ("mkl", "mkl", "mkl") or layout_of(x2) != "r":
+        return F.linear(x, w)
+    return _LinearFunction.apply(x2, w, libraries).view(*x.shape[:-1], w.shape[0])
 
 
 class Linear(nn.Linear):
-    """A bias-free `nn.Linear` whose GEMMs go through `linear` (oneDNN on CPU fp32).
+    """A bias-free `nn.Linear` whose GEMMs go through `linear` (each on its measured library).
 
     Still an `nn.Linear`, so precision code swaps it for its own low-precision linear as before.
     """

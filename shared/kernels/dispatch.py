@@ -31,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from shared.kernels.cpu_gemm import ONEDNN_MIN_MACS
 from shared.kernels.fused_experts import fused_routed_experts
 from shared.kernels.grouped_mm import grouped_mm
 
@@ -123,9 +122,9 @@ def expert_swiglu(
 
 
 # Mean rows per expert × d_model × expert width (multiply-adds of one expert GEMM) above which `auto`
-# fuses on CPU: the size from which `cpu_gemm` runs a GEMM on oneDNN. Below it the fused path's
-# ~25 small ops per expert cost about what they save (0.95–1.01× at 1M; benchmarks/expert_fusion.py).
-FUSE_MIN_EXPERT_MACS = ONEDNN_MIN_MACS
+# fuses on CPU. Below it the fused path's ~25 small ops per expert cost about what they save
+# (0.95–1.01× at 1M; 2²² misjudged 1 of 9 shapes of benchmarks/expert_fusion.py, 2²¹ none).
+FUSE_MIN_EXPERT_MACS = 1 << 21
 
 
 def runs_fused(backend: str, x_TD: Tensor, n_assignments: int, w1_EFD: Tensor, gmm: GroupedMM) -> bool:

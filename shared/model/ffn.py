@@ -2,9 +2,10 @@
 
 Used for the first `first_k_dense` layers, for the shared experts, and for the whole FFN of the
 dense twin (`model.ffn = dense`), whose width matches the MoE's active experts. Its linears are
-`shared.kernels.cpu_gemm.Linear`: `nn.Linear`s whose GEMMs run on oneDNN for fp32 on CPU (2.2×
-torch's `mm` on AMD processors), so the shared experts keep pace with the fused routed experts
-and the dense twin gets the same GEMMs as the MoE it is compared with.
+`shared.kernels.cpu_gemm.Linear`: `nn.Linear`s whose fp32 CPU GEMMs each run on the library the
+autotune measured fastest on this machine (oneDNN ran 2.2× torch's `mm` on AMD processors, MKL is
+the faster on Intel ones), so the shared experts keep pace with the fused routed experts and the
+dense twin gets the same GEMMs as the MoE it is compared with.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ tensors autograd really saves (saved-tensor hooks) for small configs, fp32 and b
 Per token, with a = bytes of an autocast activation (2 under bf16, 4 in fp32), f = 4 (kept fp32
 by the code), i = 8 (int64 indices), D = d_model:
 
-- RMSNorm (fp32 inside): its fp32 input and normalised output, 1/rms: (2D + 1)·f.
+- RMSNorm (fp32 inside, its own autograd): the fp32 normalised input x̂ and 1/rms: (D + 1)·f.
 - GQA attention: the projections' input (one fp32 copy, or one bf16 cast per projection under
   autocast), q, k, v and the output kept by SDPA (flash: no T×T matrix; the out-projection's
   input is a view of that output) and its log-sum-exp: (2·H + 2·Hkv)·hd·a + H·f.
@@ -56,7 +56,7 @@ class BlockBytes:
 
 
 def _norm(d: int) -> float:
-    return (2 * d + 1) * F32
+    return (d + 1) * F32
 
 
 def _attention(cfg: ModelConfig, layer: int, a: int, autocast: bool) -> float:

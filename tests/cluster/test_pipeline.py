@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import time
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def test_pipeline_runs_every_stage_then_skips_them_and_reruns_only_what_a_knob_c
     assert sorted(stage_runs) == sorted(STAGES), "one tracker run per stage, each a child of the pipeline run"
     below = {t for r in runs.values() if r.get("parent") == stage_runs["train"] for t in r["tags"]}
     assert "train" in below and "stage" not in below, "the training run is a child of the train stage's run"
+    assert "MOELAB_PARENT_RUN" not in os.environ, "a later run in this process would be taken for a stage's child"
 
     t0 = time.perf_counter()
     again = run_pipeline(cfg, log=lambda *_: None)

@@ -6,6 +6,13 @@ once and shared by every filter of the chain, which is most of our speed advanta
 A filter reads its settings for the document's language (`settings_for`): the chain's numbers,
 then the language's profile where the settings use profiles, then the user's `by_language`; a
 check it cannot apply to a language is skipped and counted (`Doc.skip`), never turned into a drop.
+
+Layout reasons (`review_reasons`): C4's page rules, FineWeb's line rules, Gopher's symbol, bullet
+and alphabetic ratios and the repetition rules' line/paragraph counts judge how a page is laid
+out, which is evidence of garbage in a web crawl but not in a source whose list pages and command
+listings are its normal documents. When the chain's perplexity pass reviews layout
+(`perplexity.review_layout`), such a hit flags the document (`meta.layout_flag`) instead of
+removing it, and the source's own model confirms or overturns the flag (services/data_filter/fitting.py).
 """
 
 from __future__ import annotations
@@ -23,16 +30,31 @@ TERMINAL_PUNCT = (".", "!", "?", '"', "”", "…", "。", "！", "？", "؟", "
 
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or a digit in any script
 _LETTER = re.compile(r"[^\W\d_]")  # a letter in any script
+# str.isalnum / str.isalpha answer most words exactly (their characters are all word characters /
+# letters) in C; the regex decides only words mixing in punctuation or symbols
+_search_word_char, _search_letter = _WORD_CHAR.search, _LETTER.search
 
 
 def has_word_char(word: str) -> bool:
     """True when `word` holds a letter or digit (Gopher's "non-symbol word")."""
-    return _WORD_CHAR.search(word) is not None
+    return word.isalnum() or _search_word_char(word) is not None
 
 
 def has_letter(word: str) -> bool:
     """True when `word` holds at least one alphabetic character (Gopher's 80% rule)."""
-    return _LETTER.search(word) is not None
+    return word.isalpha() or _search_letter(word) is not None
+
+
+def content_words(words: list[str]) -> list[str]:
+    """The words holding a letter or digit, as `has_word_char` decides, without a call per word."""
+    search = _search_word_char
+    return [w for w in words if w.isalnum() or search(w) is not None]
+
+
+def count_letter_words(words: list[str]) -> int:
+    """How many words hold a letter, as `has_letter` decides, without a call per word."""
+    search = _search_letter
+    return sum(1 for w in words if w.isalpha() or search(w) is not None)
 
 
 @dataclass
@@ -70,17 +92,20 @@ class Filter(ABC):
     """Base class: subclasses set `name`, `reasons`, `settings` and implement `check`.
 
     `fitted = True` marks a filter that needs the corpus first (perplexity): the pipeline runs it
-    after every streaming filter, on the documents they kept.
+    after every streaming filter, on the documents they kept. `review_reasons` are the reasons
+    that only flag a document when the chain reviews layout (see the module docstring).
     """
 
     name: ClassVar[str] = "filter"
     reasons: ClassVar[tuple[str, ...]] = ()
     settings: ClassVar[type[FilterSettings]] = FilterSettings
     fitted: ClassVar[bool] = False
+    review_reasons: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: FilterSettings, chain: Any = None):
         self.cfg = cfg
         self.chain = chain
+        self.reviewing = reviews_layout(chain)
         self._per_language: dict[str | None, Any] = {}
 
     def settings_for(self, doc: Doc) -> Any:
@@ -97,6 +122,43 @@ class Filter(ABC):
     @abstractmethod
     def check(self, doc: Doc) -> str | None:
         """Return the drop reason (one of `reasons`), or None to keep `doc` (possibly rewritten)."""
+
+
+def reviews_layout(chain: Any) -> bool:
+    """True when the chain's perplexity pass reviews layout flags (`perplexity.review_layout`)."""
+    try:
+        settings = chain["perplexity"]
+    except (KeyError, TypeError):
+        return False
+    return bool(settings.enabled and getattr(settings, "review_layout", False))
+
+
+class Verdict:
+    """A filter's failures in check order, for filters that mix layout and other rules.
+
+    Without review the first failure decides (the published rule, and `fail` says stop); with
+    review a layout failure is remembered and checking goes on, so a later non-layout failure
+    (duplicated text after duplicated lines) still removes the document.
+    """
+
+    __slots__ = ("_filter", "flag", "hard")
+
+    def __init__(self, filt: Filter):
+        self._filter = filt
+        self.flag: str | None = None
+        self.hard: str | None = None
+
+    def fail(self, reason: str) -> bool:
+        """Record a failed rule; True when checking should stop and `result` be returned."""
+        if self._filter.reviewing and reason in self._filter.review_reasons:
+            self.flag = self.flag or reason
+            return False
+        self.hard = reason
+        return True
+
+    @property
+    def result(self) -> str | None:
+        return self.hard or self.flag
 
 
 def ratio(part: float, whole: float) -> float:

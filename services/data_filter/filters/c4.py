@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter
+from services.data_filter.filters.base import Doc, Filter, Verdict
 from shared.config.filters import C4Config
 
 _OTHER_SCRIPT_ENDS = ("。", "！", "？", "｡", "؟", "۔", "।", "॥", "။", "።")
@@ -46,6 +46,7 @@ def count_sentences(text: str) -> int:
 class C4Filter(Filter):
     name = "c4"
     reasons = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
+    review_reasons = frozenset({"curly_bracket", "too_few_sentences"})  # placeholder text stays a removal
 
     settings = C4Config
 
@@ -59,6 +60,7 @@ class C4Filter(Filter):
         count_words = languages.measures_words(lang)
         if not count_words and c.min_words_per_line:
             doc.skip(f"min_words_per_line_no_segmenter:{lang}")
+        v = Verdict(self)
         kept: list[str] = []
         sentences = 0
         for raw in doc.text.splitlines():
@@ -77,12 +79,14 @@ class C4Filter(Filter):
                 return "lorem_ipsum"
             if c.drop_javascript_lines and "javascript" in low:
                 continue
-            if c.drop_curly_bracket and "{" in line:
-                return "curly_bracket"
+            if c.drop_curly_bracket and "{" in line and v.flag is None and v.fail("curly_bracket"):
+                return v.result  # removed; under review only flagged, and the scan goes on for lorem ipsum
             if c.drop_policy_lines and any(p in low for p in _POLICY):
                 continue
             sentences += max(1, count_sentences(line))  # a kept line is at least one sentence
             kept.append(line)
+        if v.flag is not None:
+            return v.result
         if sentences < c.min_sentences:
             return "too_few_sentences"
         cleaned = "\n".join(kept)

@@ -20,6 +20,7 @@ from shared.config.filters import FineWebConfig
 class FineWebFilter(Filter):
     name = "fineweb"
     reasons = ("line_punct_ratio", "short_line_ratio", "dup_line_char_ratio", "newline_ratio")
+    review_reasons = frozenset(reasons)  # every one judges line layout (lists, listings, short lines)
 
     settings = FineWebConfig
 

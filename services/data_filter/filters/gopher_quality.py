@@ -22,7 +22,7 @@ from __future__ import annotations
 import string
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter, has_letter, has_word_char
+from services.data_filter.filters.base import Doc, Filter, Verdict, content_words, count_letter_words
 from shared.config.filters import GopherQualityConfig
 
 _STRIP = string.punctuation + "“”‘’«»„…—–"
@@ -36,6 +36,10 @@ class GopherQualityFilter(Filter):
         "too_many_hashes", "too_many_ellipses", "too_many_bullet_lines", "too_many_ellipsis_lines",
         "too_few_alpha_words", "too_few_stop_words",
     )
+    # layout: symbols, bullets and digits (command listings, filmographies); word counts, word
+    # lengths and stop words stay removals
+    review_reasons = frozenset({"too_many_hashes", "too_many_ellipses", "too_many_bullet_lines", "too_many_ellipsis_lines",
+                                "too_few_alpha_words"})
 
     settings = GopherQualityConfig
 
@@ -62,7 +66,7 @@ class GopherQualityFilter(Filter):
         if n_words == 0:
             return "too_few_words"
         if languages.measures_words(lang):
-            content = [w for w in words if has_word_char(w)]
+            content = content_words(words)
             n_content = len(content)
             if n_content < c.min_words:
                 return "too_few_words"
@@ -75,27 +79,28 @@ class GopherQualityFilter(Filter):
                 return "mean_word_length_high"
         else:
             doc.skip(f"word_rules_no_segmenter:{lang}")
-        if text.count("#") / n_words > c.max_symbol_word_ratio:
-            return "too_many_hashes"
-        if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio:
-            return "too_many_ellipses"
+        v = Verdict(self)
+        if text.count("#") / n_words > c.max_symbol_word_ratio and v.fail("too_many_hashes"):
+            return v.result
+        if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio and v.fail("too_many_ellipses"):
+            return v.result
         lines = text.splitlines() or [""]
         bullets = sum(1 for line in lines if line.lstrip().startswith(_BULLETS))
-        if bullets / len(lines) > c.max_bullet_lines_ratio:
-            return "too_many_bullet_lines"
+        if bullets / len(lines) > c.max_bullet_lines_ratio and v.fail("too_many_bullet_lines"):
+            return v.result
         ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…")))
-        if ellipsis / len(lines) > c.max_ellipsis_lines_ratio:
-            return "too_many_ellipsis_lines"
-        alpha = sum(1 for w in words if has_letter(w))
-        if alpha / n_words < c.min_alpha_words_ratio:
-            return "too_few_alpha_words"
+        if ellipsis / len(lines) > c.max_ellipsis_lines_ratio and v.fail("too_many_ellipsis_lines"):
+            return v.result
+        alpha = count_letter_words(words)
+        if alpha / n_words < c.min_alpha_words_ratio and v.fail("too_few_alpha_words"):
+            return v.result
         if c.min_stop_words:
             stop = self._stop_words(c, lang)
             if stop is None:
                 doc.skip(f"no_stop_words_for:{lang}")
             elif count_stop_words(words, text, stop, c.min_stop_words, languages.has_spaces(lang)) < c.min_stop_words:
                 return "too_few_stop_words"
-        return None
+        return v.result
 
 
 def count_stop_words(words: list[str], text: str, stop: frozenset[str], enough: int, spaced: bool) -> int:

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter
+from services.data_filter.filters.base import Doc, Filter, Verdict
 from shared.config.filters import RepetitionConfig
 
 _PARA = re.compile(r"\n{2,}")
@@ -73,6 +73,8 @@ def dup_ngram_chars(words: list[str], n: int, repeated5: list[bool]) -> int:
 class RepetitionFilter(Filter):
     name = "repetition"
     reasons = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac", "top_ngram", "dup_ngram")
+    # how many lines repeat is layout (a shell session repeats "$ ls"); how much text repeats is not
+    review_reasons = frozenset({"dup_para_frac", "dup_line_frac"})
 
     settings = RepetitionConfig
 
@@ -82,21 +84,22 @@ class RepetitionFilter(Filter):
         size = len(text)
         if not size:
             return None
+        v = Verdict(self)
         paras = _PARA.split(text.strip())
         n_dup, dup_chars = duplicates(paras)
-        if n_dup / len(paras) > c.max_dup_para_frac:
-            return "dup_para_frac"
-        if dup_chars / size > c.max_dup_para_char_frac:
-            return "dup_para_char_frac"
+        if n_dup / len(paras) > c.max_dup_para_frac and v.fail("dup_para_frac"):
+            return v.result
+        if dup_chars / size > c.max_dup_para_char_frac and v.fail("dup_para_char_frac"):
+            return v.result
         lines = _LINES.split(text)
         n_dup, dup_chars = duplicates(lines)
-        if n_dup / len(lines) > c.max_dup_line_frac:
-            return "dup_line_frac"
-        if dup_chars / size > c.max_dup_line_char_frac:
-            return "dup_line_char_frac"
+        if n_dup / len(lines) > c.max_dup_line_frac and v.fail("dup_line_frac"):
+            return v.result
+        if dup_chars / size > c.max_dup_line_char_frac and v.fail("dup_line_char_frac"):
+            return v.result
         if not languages.measures_words(doc.language):
             doc.skip(f"ngrams_no_segmenter:{doc.language}")
-            return None
+            return v.result
         words = doc.words()
         joins = languages.has_spaces(doc.language)
         for n, frac in sorted(c.top_ngram_max_frac.items()):
@@ -111,4 +114,4 @@ class RepetitionFilter(Filter):
                 for n, frac in dup:
                     if dup_ngram_chars(words, n, repeated5) / size > frac:
                         return "dup_ngram"
-        return None
+        return v.result

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.kda_ops import fla_chunk_kda_available, kda_chunked, kda_fla, kda_recurrent
 from shared.model.attention.registry import register_attention
+from shared.model.norm import RMSNorm
 
 if TYPE_CHECKING:
     from shared.config.model import ModelConfig
@@ -71,7 +72,7 @@ class KimiDeltaAttention(nn.Module):
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
         self.g_down = Linear(d, c.gate_rank)
         self.g_up = Linear(c.gate_rank, inner)
-        self.o_norm = nn.RMSNorm(K, eps=cfg.norm_eps)
+        self.o_norm = RMSNorm(K, eps=cfg.norm_eps)  # fp32, one autograd node
         self.wo = Linear(inner, d)
 
     def _heads(self, x_BTI: Tensor) -> Tensor:

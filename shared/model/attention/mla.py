@@ -7,7 +7,7 @@ from the latent (it would block absorbing W_UK into the query), hence the *decou
 queries and keys are `[nope ; rope]` concatenations, and the softmax scale is
 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) — the full query/key width, not v_head_dim or
 d_model/n_heads (paper §2.1.3). Both the query (q_lora_rank) and KV latents pass through an
-RMSNorm as in the released models. V3's extra `mscale` factor only applies with YaRN context
+RMSNorm as in the released models (`shared.model.norm.RMSNorm`: fp32, one autograd node). V3's extra `mscale` factor only applies with YaRN context
 extension, which this model does not use.
 
 `forward` is the training path (expand keys/values, one SDPA call). `forward_absorbed` is the
@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.registry import register_attention
+from shared.model.norm import RMSNorm
 from shared.model.rope import RotaryEmbedding
 
 if TYPE_CHECKING:
@@ -53,12 +54,12 @@ class MultiHeadLatentAttention(nn.Module):
         d, H = cfg.d_model, cfg.n_heads
         if self.q_lora_rank > 0:
             self.wq_a = Linear(d, self.q_lora_rank)
-            self.q_norm = nn.RMSNorm(self.q_lora_rank, eps=cfg.norm_eps)
+            self.q_norm = RMSNorm(self.q_lora_rank, eps=cfg.norm_eps)
             self.wq_b = Linear(self.q_lora_rank, H * self.qk_dim)
         else:
             self.wq = Linear(d, H * self.qk_dim)
         self.wkv_a = Linear(d, self.kv_lora_rank + self.rope_dim)
-        self.kv_norm = nn.RMSNorm(self.kv_lora_rank, eps=cfg.norm_eps)
+        self.kv_norm = RMSNorm(self.kv_lora_rank, eps=cfg.norm_eps)
         self.wkv_b = Linear(self.kv_lora_rank, H * (self.nope + self.v_dim))
         self.wo = Linear(H * self.v_dim, d)
         self.rope = RotaryEmbedding(self.rope_dim, cfg.max_seq_len, cfg.rope_theta)

@@ -100,3 +100,15 @@ def math_docs() -> dict[str, str]:
         if isinstance(node, ast.ClassDef) and node.name in ("lerchphi", "polylog", "zeta", "dirichlet_eta"):
             out[f"sympy_{node.name}"] = ast.get_docstring(node) or ""
     return out
+
+
+def shuffled(text: str, rng) -> str:
+    """An order-free copy of `text`: its whitespace words in a random order, each line's length kept."""
+    lines = [line.split() for line in text.split("\n")]
+    words = [w for line in lines for w in line]
+    rng.shuffle(words)
+    out, at = [], 0
+    for line in lines:
+        out.append(" ".join(words[at: at + len(line)]))
+        at += len(line)
+    return "\n".join(out)

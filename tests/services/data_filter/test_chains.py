@@ -149,3 +149,15 @@ def test_the_documented_recipe_runs_as_written(tmp_path, monkeypatch):
     spanish = sum(1 for p in (tmp_path / "runs" / "data").glob("part-*.parquet")
                   for i in pq.read_table(p, columns=["id"]).column("id").to_pylist() if i.startswith("handbook/es-ES"))
     assert spanish >= 0.8 * len(handbook_es)
+
+
+def test_the_math_chain_keeps_formal_notation_and_still_removes_a_repeated_page():
+    """Gopher's word n-gram rules removed 73% of the demo's Metamath statements (symbols are not words)."""
+    cfg = DataConfig().filter.chains["math"]
+    assert cfg["repetition"].top_ngram_max_frac == {} and cfg["repetition"].dup_ngram_max_frac == {}
+    chain = Chain(build_chain(cfg), review=True)
+    metamath = realtext.demo_documents("metamath")
+    kept = sum(chain.run(Doc(r["id"], r["text"], "metamath", "math")) is None for r in metamath) / len(metamath)
+    assert kept >= 0.98, kept
+    page = metamath[0]["text"]
+    assert chain.run(Doc("twice", page + "\n\n" + page + "\n\n" + page, "metamath", "math")) == ("repetition", "dup_para_char_frac")

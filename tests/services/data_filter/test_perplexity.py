@@ -1,5 +1,5 @@
-"""The Kneser-Ney model is a real, normalised LM; fitted on a source's own documents, its fences keep
-real prose and remove shuffled text, word salad and gibberish; the pass is counted and resumable."""
+"""The Kneser-Ney model is a real, normalised LM; fitted on a source's own documents, its word-order test
+and fences keep real prose and remove shuffled text, word salad and gibberish; the pass is counted."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import kenlm
 import pytest
 
-from services.data_filter.filters.perplexity import PerplexityFilter, fold_of, score
+from services.data_filter.filters.perplexity import PerplexityFilter, fold_of
 from services.data_filter.lm.kneser_ney import BOS, estimate, tokenize, write_arpa
 from services.data_filter.lm.ngram import NgramModel, sentences
 from services.data_filter.pipeline import run
@@ -46,6 +46,8 @@ def test_in_memory_scores_equal_kenlm_on_the_same_arpa(tmp_path, order):
         ours = model.score([toks])[0]
         theirs = -arpa.score(" ".join(toks), bos=True, eos=True) / (len(toks) + 1)
         assert ours == pytest.approx(theirs, abs=1e-6)
+        if order == 2:  # the vectorised path the pipeline uses gives the same numbers
+            assert model.score_encoded(model.encode(para, "en")) == pytest.approx(model.score([toks]), abs=1e-9)
 
 
 def _group(n: int = 240) -> list[tuple[str, str]]:
@@ -53,18 +55,18 @@ def _group(n: int = 240) -> list[tuple[str, str]]:
     return [(f"m{i}", "\n\n".join(paras[(2 * i + j) % len(paras)] for j in range(2))) for i in range(n)]
 
 
-def test_fences_keep_real_prose_and_remove_shuffled_salad_and_gibberish():
-    """On the demo's Wikipedia articles (~250k words): the measurement quoted in the filter's docstring."""
+def test_word_order_test_and_fences_keep_real_prose_and_remove_shuffled_salad_and_gibberish():
+    """On the demo's Wikipedia articles (~250k words), single-line variants of 100 of them."""
     rng = random.Random(0)
     docs = [(d["id"], d["text"]) for d in realtext.demo_documents("wiki") if len(d["text"].split()) > 80]
     assert len(docs) > 500
     filt = PerplexityFilter(PerplexityConfig())
     folds = ([t for i, t in docs if fold_of(i) == 0], [t for i, t in docs if fold_of(i) == 1])
     models = filt.fit(folds, "en")
-    real = [score(models[fold_of(i)], filt, t, "en") for i, t in docs]
-    fences = filt.fences([s[0] for s in real], [s[1] for s in real])
-    kept = sum(filt.decide(p, g, fences) is None for p, g, _ in real) / len(real)
-    assert kept >= 0.98, kept
+    real = [filt.score(models[fold_of(i)], i, t, "en") for i, t in docs]
+    fences = filt.fences([s.log_ppl for s in real], [s.gain for s in real])
+    kept = sum(filt.decide(s, fences) is None for s in real) / len(real)
+    assert kept >= 0.99, kept
     vocab = [w for _, t in docs for w in t.split()]
     caught = {"shuffled": 0, "salad": 0, "gibberish": 0}
     for i, t in docs[:100]:
@@ -74,8 +76,7 @@ def test_fences_keep_real_prose_and_remove_shuffled_salad_and_gibberish():
         variants = {"shuffled": " ".join(shuffled), "salad": " ".join(rng.choice(vocab) for _ in words),
                     "gibberish": " ".join("".join(rng.choice("etaoinshrdlu") for _ in w) for w in words)}
         for name, text in variants.items():
-            p, g, _ = score(models[fold_of(i)], filt, text, "en")
-            caught[name] += filt.decide(p, g, fences) is not None
+            caught[name] += filt.decide(filt.score(models[fold_of(i)], f"{name}{i}", text, "en"), fences) is not None
     assert caught["shuffled"] >= 97 and caught["salad"] >= 97 and caught["gibberish"] == 100, caught
 
 
@@ -110,10 +111,11 @@ def test_pipeline_removes_planted_shuffled_documents_and_counts_small_groups(tmp
     for line in (tmp_path / "out" / "removed_samples.jsonl").read_text().splitlines():
         r = json.loads(line)
         removed[r["id"]] = r["reason"]
-    assert sum(removed.get(p) == "low_context_gain" for p in planted) >= 9, removed
+    assert sum(removed.get(p) == "no_word_order" for p in planted) >= 9, removed
     web = {s["name"]: s for s in stats["chains"]["web"]}["perplexity"]
     assert web["in"] - web["kept"] <= 10 + 4  # the planted ten plus at most 2% of 200 real documents
     science = {s["name"]: s for s in stats["chains"]["science"]}["perplexity"]
     assert science["skipped"] == {"unscored_group_too_small_or_no_word_units": science["in"]}
-    assert stats["fitted"]["groups"]["manual/en"]["docs"] == web["in"]
+    # fences come from the documents no layout rule flagged; the flagged ones are reviewed, each counted
+    assert stats["fitted"]["groups"]["manual/en"]["docs"] == web["in"] - sum(web["flagged"].values())
     assert stats["sources"]["manual"]["funnel"][4] == {"stage": "perplexity", "docs": web["kept"]}

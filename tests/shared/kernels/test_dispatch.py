@@ -114,24 +114,28 @@ def test_fused_runs_bf16_activations_with_fp32_routing_weights_like_loop():
         torch.testing.assert_close(b.float(), a.float(), atol=0.05, rtol=0.02)
 
 
-def test_fused_with_onednn_gemms_matches_reference_at_a_realistic_size():
-    """Per-expert GEMMs big enough for `cpu_gemm` to take oneDNN (the small shapes above stay on
-    torch's `mm`): the fast library must give the same function and gradients."""
+@pytest.mark.parametrize("setting", ["onednn", "mkl"])
+def test_fused_on_either_gemm_library_matches_reference_at_a_realistic_size(setting):
+    """Per-expert GEMMs big enough for `cpu_gemm` to consider oneDNN (the small shapes above stay on
+    torch's `mm`): either library must give the same function and gradients."""
+    from shared.kernels.cpu_gemm import onednn_available, use_cpu_gemm
+
+    if setting == "onednn" and not onednn_available():
+        pytest.skip("this torch build has no oneDNN matmul")
     T, D, F, E, K = 512, 256, 128, 4, 2
     x = torch.randn(T, D, generator=torch.Generator().manual_seed(14)).requires_grad_()
     w1, w3, w2 = _weights(E, F, D, 15)
     idx, wts = _routing(T, E, K, 16)
-    with torch.profiler.profile() as prof:
-        out, _ = moe_experts_forward(x, idx, wts, w1, w3, w2, backend="fused")
-    from shared.kernels.cpu_gemm import onednn_available
-
-    assert not onednn_available() or "mkldnn::_linear_pointwise" in {e.name for e in prof.events()}
-    ref = naive_moe_experts(x, idx, wts, w1, w3, w2)
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
-    g = torch.randn(T, D, generator=torch.Generator().manual_seed(17))
-    inputs = (x, wts, w1, w3, w2)
-    for a, b in zip(torch.autograd.grad(out, inputs, g), torch.autograd.grad(ref, inputs, g), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    with use_cpu_gemm(setting):
+        with torch.profiler.profile() as prof:
+            out, _ = moe_experts_forward(x, idx, wts, w1, w3, w2, backend="fused")
+        assert ("mkldnn::_linear_pointwise" in {e.name for e in prof.events()}) == (setting == "onednn")
+        ref = naive_moe_experts(x, idx, wts, w1, w3, w2)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+        g = torch.randn(T, D, generator=torch.Generator().manual_seed(17))
+        inputs = (x, wts, w1, w3, w2)
+        for a, b in zip(torch.autograd.grad(out, inputs, g), torch.autograd.grad(ref, inputs, g), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 def test_auto_runs_fused_on_cpu_for_big_enough_expert_gemms():

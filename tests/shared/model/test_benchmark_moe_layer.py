@@ -10,12 +10,18 @@ from tests.benchmark_run import run_benchmark
 @pytest.mark.slow
 def test_moe_layer_benchmark_quick_prints_ratios():
     result = run_benchmark("moe_layer.py", "--quick")
-    assert result["ratio"] > 0 and result["ratio_mkl"] > 0 and result["ratio_unfused"] > 0
-    assert "ratio_torchtitan" in result
+    assert result["ratio"] > 0 and result["ratio_same_backend"] > 0 and result["ratio_unfused"] > 0
+    assert result["ratio_serial"] > 0 and "ratio_torchtitan" in result and "ratio_torchtitan_same_backend" in result
     assert result["hf_fastest"] in ("grouped_mm", "eager")
     best = result[f"hf_{result['hf_fastest']}_s"]
     assert result["ratio"] == pytest.approx(best / result["ours_s"])
+    assert result["ratio_same_backend"] == pytest.approx(best / result["ours_mkl_s"])
     assert result["ours_path"] == "loop"  # the quick shape's expert GEMMs are too small to fuse
+    machine = result["machine"]
+    assert machine["cpu"] and "code path" in machine["blas"]["mkl"]
+    calls = result["blas_calls"]
+    assert calls["ours_mkl"]["onednn_calls"] == 0 and calls["ours_mkl"]["mkl_calls"] > 0  # the same-backend side
+    assert calls["hf_grouped_mm"]["mkl_calls"] > 0
 
 
 @pytest.mark.gpu

@@ -28,3 +28,21 @@ def test_rope_dot_product_depends_only_on_relative_position():
 def test_rope_rejects_sequences_longer_than_the_cache():
     with pytest.raises(ValueError, match="max_seq_len"):
         RotaryEmbedding(8, 4)(torch.randn(5, 8))
+
+
+def test_rope_matches_the_rotate_half_form_and_its_gradient_on_strided_inputs():
+    """The one-node RoPE (half by half, nothing saved but the tables) against x·cos + rotate_half(x)·sin,
+    on a slice of a wider projection as MLA passes it."""
+    from shared.model.rope import rope_frequencies, rotate_half
+
+    rope = RotaryEmbedding(16, 64)
+    wide = torch.randn(2, 40, 3, 48, requires_grad=True)
+    x = wide.transpose(1, 2)[..., 32:]  # (B, H, T, 16) view with strides of the (B, T, H, 48) tensor
+    cos, sin = rope_frequencies(16, 64)
+    ref = x * cos[:40] + rotate_half(x) * sin[:40]
+    ours = rope(x)
+    torch.testing.assert_close(ours, ref, atol=1e-6, rtol=1e-5)
+    dy = torch.randn(ours.shape)
+    (g_ours,) = torch.autograd.grad(ours, wide, dy)
+    (g_ref,) = torch.autograd.grad(ref, wide, dy)
+    torch.testing.assert_close(g_ours, g_ref, atol=1e-6, rtol=1e-5)

@@ -56,7 +56,7 @@ def test_hand_count_for_a_small_config():
     assert plan.parts["weights"] == plan.parts["grads"] == 4 * total
     assert plan.parts["optimizer"] == 4 * muon + 8 * adamw
     assert plan.parts["lowp_copies"] == 2 * total  # one bf16 copy of every weight (precision-report's rule)
-    # activations per token (a = 2 bytes, f = 4): norms 2·(2·32+1)·4 = 520 per block;
+    # activations per token (a = 2 bytes, f = 4): norms 2·(32+1)·4 = 264 per block;
     # attention: 3 casts of x (3·32·2) + q, out (2·2·16) and k, v (2·1·16) at 2 bytes + lse 2·4 = 392
     attention = 3 * d * 2 + (2 * 2 * hd + 2 * 1 * hd) * 2 + 2 * 4
     assert attention == 392
@@ -65,8 +65,8 @@ def test_hand_count_for_a_small_config():
     # assignment (K = 2) x, gate|up, silu, product, weighted product, output ((2·32 + 5·16 + 1)·2)
     # and three int64 indices, and the shared expert as a dense SwiGLU of width 16
     moe = d * 4 + d * 2 + (2 * 4 + 2 + 7) * 2 + 2 * 8 + 2 * ((2 * d + 5 * 16 + 1) * 2 + 3 * 8) + (2 * d * 2 + 4 * 16 * 2)
-    head_peak = (2 * d + 1) * 4 + d * 2 + v * 4 + v * (2 * 2 + 2 * 4)  # norm, h, log-softmax; logits and grads
-    per_token = 2 * 520 + 2 * attention + dense + moe + head_peak
+    head_peak = (d + 1) * 4 + d * 2 + v * 4 + v * (2 * 2 + 2 * 4)  # norm, h, log-softmax; logits and grads
+    per_token = 2 * 264 + 2 * attention + dense + moe + head_peak
     assert plan.parts["activations"] == per_token * 8
     largest = 4 * 16 * d  # one stacked expert tensor (E·F·D) beats the dense FFN's 48·32 matrix
     step = 4 * 4 * largest + 4 * adamw  # Newton–Schulz buffers + one fp32 AdamW temporary

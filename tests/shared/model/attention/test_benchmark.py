@@ -19,6 +19,7 @@ def test_attention_benchmark_quick_prints_exponents_json():
     for key in ("swa_exponent", "kda_exponent", "full_exponent"):
         assert math.isfinite(result[key]), (key, result)
     assert result["full_exponent"] == result["gqa_exponent"]
+    assert result["machine"]["cpu"] and "code path" in result["machine"]["blas"]["mkl"]
     for kind in ("gqa", "swa", "kda"):
         for T in (128, 256, 512):
             assert result[f"{kind}_ms_T{T}"] > 0 and result[f"{kind}_peak_mb_T{T}"] >= 0

@@ -1,0 +1,111 @@
+"""Routed experts run concurrently, one single-threaded group of experts per core.
+
+Why: one expert's work in the fused path (`shared.kernels.fused_experts`) is a few hundred rows:
+its GEMMs split across two cores with OpenMP fork/join at every call, and its ~20 elementwise ops
+are below ATen's parallel grain (32,768 elements), so they run on one core while the other waits.
+Giving each core its own experts instead (torch's intra-op threads set to 1 meanwhile, so nothing
+oversubscribes) keeps both busy through the elementwise work and the Python between ops, which
+releases the GIL inside every ATen call. It also removes the fork/join barriers, which on a
+shared machine stall a whole GEMM whenever one of its threads is descheduled.
+
+Experts are cut into contiguous groups of about equal rows, the same cut for a given set of
+per-expert counts and thread count, and each group accumulates into its own output buffer; the
+buffers are summed in group order, so results are deterministic for a given thread count
+(bitwise equal from run to run, equal to the serial order to float tolerance).
+
+`MOELAB_EXPERT_THREADS`: `auto` (default: concurrent when torch has more than one intra-op
+thread and the mean expert GEMM is below `CONCURRENT_MAX_EXPERT_MACS`), `off`, or a number of
+groups to force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+SETTING_ENV = "MOELAB_EXPERT_THREADS"
+# Mean expert GEMM (rows × d × width) below which `auto` runs experts concurrently: measured with
+# benchmarks/expert_fusion.py (see docs/moe.md); above it one expert's GEMMs use both cores well.
+CONCURRENT_MAX_EXPERT_MACS = 1 << 26
+
+_override: str | None = None  # `use_expert_threads`, ahead of the environment
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def expert_groups(expert_macs: float, active_experts: int) -> int:
+    """How many concurrent groups to run the experts in (1: serially, on torch's threads)."""
+    setting = _override or os.environ.get(SETTING_ENV, "auto")
+    threads = torch.get_num_threads()
+    if setting == "off":
+        return 1
+    if setting != "auto":
+        try:
+            groups = int(setting)
+        except ValueError:
+            raise ValueError(f"{SETTING_ENV}={setting!r}; use auto, off or a number of groups") from None
+        return max(1, min(groups, active_experts))
+    if threads < 2 or expert_macs >= CONCURRENT_MAX_EXPERT_MACS:
+        return 1
+    return max(1, min(threads, active_experts // 2))
+
+
+@contextlib.contextmanager
+def use_expert_threads(setting: str) -> Iterator[None]:
+    """Run the enclosed code with `setting` (`auto`, `off` or a group count) instead of the environment's."""
+    global _override
+    previous, _override = _override, setting
+    try:
+        yield
+    finally:
+        _override = previous
+
+
+def split_by_rows(counts: Sequence[int], groups: int) -> list[range]:
+    """Contiguous expert ranges of about equal total rows (`groups` of them, some maybe empty)."""
+    total = sum(counts)
+    cuts, acc, g = [0], 0, 1
+    for e, c in enumerate(counts):
+        acc += c
+        while g < groups and acc >= total * g / groups:
+            cuts.append(e + 1)
+            g += 1
+    cuts += [len(counts)] * (groups + 1 - len(cuts))
+    return [range(cuts[i], cuts[i + 1]) for i in range(groups)]
+
+
+def _single_threaded(fn: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        torch.set_num_threads(1)  # this pool thread's OpenMP team: itself only
+        with torch.no_grad():  # grad mode is per thread; autograd Functions run their bodies without it
+            fn()
+
+    return run
+
+
+def run_concurrently(jobs: Sequence[Callable[[], None]]) -> None:
+    """Run `jobs` at once, one per thread (the first on the calling thread), each single-threaded;
+    torch's thread count is restored afterwards. Exceptions propagate."""
+    global _pool, _pool_size
+    if len(jobs) == 1:
+        jobs[0]()
+        return
+    threads = torch.get_num_threads()
+    with _pool_lock:
+        if _pool is None or _pool_size < len(jobs) - 1:
+            _pool, _pool_size = ThreadPoolExecutor(len(jobs) - 1, thread_name_prefix="moelab-experts"), len(jobs) - 1
+        pool = _pool
+    torch.set_num_threads(1)
+    try:
+        futures = [pool.submit(_single_threaded(job)) for job in jobs[1:]]
+        jobs[0]()
+        for f in futures:
+            f.result()
+    finally:
+        torch.set_num_threads(threads)
