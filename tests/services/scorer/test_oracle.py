@@ -11,7 +11,8 @@ from services.scorer.oracle import BACKENDS, make_oracle
 from services.scorer.oracle.code_signals import code_language, code_scores, code_signals
 from services.scorer.oracle.heuristic import HeuristicOracle
 from services.scorer.oracle.kneser_ney import KneserNeyTrigram
-from services.scorer.oracle.prose_signals import general_scores, prose_signals
+from services.scorer.oracle.prose_signals import general_scores, prose_signals, titled
+from services.scorer.oracle.spelling import misspelt_rate, single_edits
 from shared.config import ConfigError, load_config
 from shared.config.scorer import OracleConfig
 
@@ -53,6 +54,39 @@ def test_each_prose_signal_moves_under_its_defect(oracle):
     assert prose_signals(degrade(PROSE, "truncation", rng()), oracle.models).unfinished == 1
     assert prose_signals(degrade(PROSE, "repetition", rng()), oracle.models).duplicate_fraction > 0.2
     assert prose_signals(degrade(PROSE, "spam", rng()), oracle.models).spam_density > clean.spam_density + 2
+
+
+def test_misspelt_rate_counts_unknown_words_one_edit_from_a_known_word_not_rare_correct_words():
+    vocab = frozenset({"river", "flows", "south", "through", "valleys"})
+    assert {"rivr", "rievr", "rivers", "riber"} <= single_edits("river")
+    # "rivr" and "flwos" are one edit from known words; "xylophone" is unknown but no typo of anything
+    assert misspelt_rate(["the", "rivr", "flwos", "south", "xylophone"], vocab) == pytest.approx(2 / 5)
+    # a name the document repeats is its own vocabulary, and so is a typo of it
+    assert misspelt_rate(["zorbin", "zorbin", "zorbim", "valleys"], vocab) == pytest.approx(1 / 4)
+    assert misspelt_rate(["a", "an", "42"], vocab) == 0.0  # nothing of three letters or more to judge
+
+
+def test_misspelling_ten_percent_of_words_adds_four_points_of_misspelt_rate_in_nine_copies_of_ten(oracle):
+    """A draw can plant few typos (10% is a rate per word), so the property is over ten copies."""
+    clean = prose_signals(PROSE, oracle.models)
+    bad = [prose_signals(degrade(PROSE, "spelling", random.Random(seed)), oracle.models) for seed in range(10)]
+    assert sum(b.misspelt_rate >= clean.misspelt_rate + 0.04 for b in bad) >= 9
+
+
+def test_titled_sees_an_opening_heading_and_a_shuffle_that_buries_it():
+    doc = "The river\n\n" + PROSE
+    assert titled(doc) == 1.0 and titled(PROSE) == 0.0
+    assert titled("The river flows south.\n\nMore text here.") == 0.0  # a sentence, not a heading
+    assert titled("The river") == 0.0  # a heading with nothing under it
+
+
+def test_collapsed_code_is_not_rewarded_with_higher_comment_or_declaration_rates():
+    """Rates are per effective line (max(lines, characters / 50)): one long line is not one line."""
+    clean, flat = code_signals(GO), code_signals(degrade(GO, "layout", random.Random(0)))
+    effective_lines = len(degrade(GO, "layout", random.Random(0))) / 50
+    assert flat.n_lines == 1 and effective_lines > 3  # per physical line both rates would be 1.0
+    assert flat.comments == pytest.approx(1 / effective_lines, rel=0.05) and flat.defs < 0.5
+    assert sum(code_scores(flat).values()) < sum(code_scores(clean).values())
 
 
 def test_code_signals_read_the_files_own_comment_syntax_names_and_layout():
