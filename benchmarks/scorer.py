@@ -42,7 +42,8 @@ def main() -> None:
     ap.add_argument("--unseen", type=int, default=1500, help="documents held out of labelling and calibration")
     ap.add_argument("--probe-layers", default="", help="comma-separated L_probe values to sweep (heads retrained "
                     "per layer, same labels; no Ray part); default: the recipe's layer only")
-    ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer.json unless --quick)")
+    ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer.json, with "
+                    "--probe-layers scorer_probe_layers.json; none for --quick)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = ap.parse_args()
 
@@ -75,8 +76,10 @@ def main() -> None:
             sweep[layer] = {k: m[k] for k in ("flops_saved", "keeper_loss", "keeper_loss_p90", "judge_passes_skipped",
                                               "held_out_spearman", "ratio", "build_seconds")}
             print(f"L_probe={layer}: {json.dumps(sweep[layer])}", flush=True)
-        print(json.dumps({"sweep": sweep, "judge_layer": cfg.scorer.judge_layer, "docs": len(held),
-                          "oracle": "heuristic (stand-in)", "quick": args.quick, "overrides": overrides}))
+        result = {"sweep": sweep, "judge_layer": cfg.scorer.judge_layer, "docs": len(held),
+                  "oracle": "heuristic (stand-in)", "quick": args.quick, "overrides": overrides}
+        write_result(result, args.out, "scorer_probe_layers", args.quick)
+        print(json.dumps(result))
         return
     m = build_and_measure(cfg, pool, held)
     m["label_seconds"] = label_s
