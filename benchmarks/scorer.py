@@ -93,8 +93,11 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     actors = {}
     for pool_size in (1, 2):
-        cfg.scorer.scoring.actors_max = pool_size  # max first: the validator checks min <= max on assignment
+        # the validator checks min <= max on every assignment: move the bound on the side the size goes first
+        if pool_size > cfg.scorer.scoring.actors_max:
+            cfg.scorer.scoring.actors_max = pool_size
         cfg.scorer.scoring.actors_min = pool_size
+        cfg.scorer.scoring.actors_max = pool_size
         for f in (tmp / "out" / "scores").glob("*.parquet") if (tmp / "out" / "scores").exists() else []:
             f.unlink()
         rep = run_scoring(cfg, shards, progress=False)
