@@ -12,7 +12,7 @@
   rejects of a strong one, and one score threshold per rubric must sit under the weakest source's
   keepers — it dropped 1–3% of the demo's documents. Measured against its own source's bar, a
   strong source's clear rejects drop too. `calibration.tau_drop_scope` = `all` (default) fits
-  one margin threshold on the keepers of every rubric (key `*`), `rubric` one per rubric: the
+  one margin threshold on the keepers of every rubric (key `all-rubrics`), `rubric` one per rubric: the
   conformal promise needs ≥ 230 keepers per fit at 90% confidence, which a 1,500-document
   calibration sample gives all rubrics together but not always the code rubric alone.
 
@@ -88,10 +88,13 @@ def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None
     return float(beta_dist.ppf(quantile, j, n_keepers + 1 - j))
 
 
+POOLED = "all-rubrics"  # τ_drop key of the one threshold fitted on every rubric's keepers (a tracker-safe name)
+
+
 @dataclass
 class Thresholds:
     """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop on the
-    Probe margin per rubric (or `*` for all), and what they were fitted on: documents per source,
+    Probe margin per rubric (or `POOLED` for all), and what they were fitted on: documents per source,
     Judge keepers per rubric."""
 
     tau_keep: dict[str, float]
@@ -103,7 +106,7 @@ class Thresholds:
         return self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf))
 
     def drop_threshold(self, rubric: str) -> float:
-        return self.tau_drop.get(rubric, self.tau_drop.get("*", -math.inf))
+        return self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf))
 
 
 def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray, kinds: np.ndarray,
@@ -126,7 +129,7 @@ def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray
     keep, margin = judge_q >= bar, probe_q - bar
     keepers = {r: int(((rubrics == r) & keep).sum()) for r in sorted(set(rubrics.tolist()))}
     if scope == "all":
-        tau_drop = {"*": tau_drop_for_loss(margin[keep], max_loss, confidence)}
+        tau_drop = {POOLED: tau_drop_for_loss(margin[keep], max_loss, confidence)}
     else:
         tau_drop = {r: tau_drop_for_loss(margin[(rubrics == r) & keep], max_loss, confidence) for r in keepers}
     return Thresholds(tau_keep, tau_drop, {s: int((sources == s).sum()) for s in sorted(set(sources.tolist()))},

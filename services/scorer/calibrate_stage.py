@@ -183,7 +183,7 @@ def build_report(cfg, f: Fit, held: dict[str, HeldOut]) -> dict:
     ccfg = cfg.scorer.calibration
     th = f.thresholds
     conf = ccfg.keeper_loss_confidence
-    fitted_keepers = {k: (sum(th.keepers_per_rubric.values()) if k == "*" else th.keepers_per_rubric.get(k, 0))
+    fitted_keepers = {k: (sum(th.keepers_per_rubric.values()) if k == cal.POOLED else th.keepers_per_rubric.get(k, 0))
                       for k in th.tau_drop}
     report: dict = {"stage": "calibrate", "rubrics": {}, "keep_rate": {},
                     "calibration": {"fitted_on": f.fitted_on, "documents_per_source": th.docs_per_source,

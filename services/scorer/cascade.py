@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from services.scorer.backbone import LayerwiseBackbone
+from services.scorer.calibrate import POOLED
 from services.scorer.features import pad_seqs
 from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.rubrics import rubric_for
@@ -104,8 +105,8 @@ class CascadeScorer:
 
     def drops(self, probe_q: float, source: str, kind: str, rubric: str) -> bool:
         """Whether the Probe drops a document: its margin below its source's τ_keep is under τ_drop
-        (the rubric's, else the pooled `*`). Without both thresholds nothing is dropped."""
-        tau_drop = self.tau_drop.get(rubric, self.tau_drop.get("*", -math.inf))
+        (the rubric's, else the pooled one). Without both thresholds nothing is dropped."""
+        tau_drop = self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf))
         tau_keep = self.keep_threshold(source, kind)
         return math.isfinite(tau_drop) and math.isfinite(tau_keep) and probe_q - tau_keep < tau_drop
 

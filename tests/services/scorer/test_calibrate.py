@@ -94,7 +94,7 @@ def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
     assert th.keep_threshold("new", "math") == np.inf  # no kind seen: keep nothing rather than guess
     bar = np.array([th.tau_keep[s] for s in sources])
     keep = judge >= bar
-    assert set(th.tau_drop) == {"*"} and sum(th.keepers_per_rubric.values()) == keep.sum()
+    assert set(th.tau_drop) == {cal.POOLED} and sum(th.keepers_per_rubric.values()) == keep.sum()
     dropped = cal.drop_mask(th, probe, sources, kinds, rubrics)
     assert np.mean(dropped[keep]) <= 0.01 and np.mean(dropped) > 0.4  # one margin for all: the cascade saves work
     for src in ("wiki", "forum"):  # the margin drops a strong source's rejects that score above the weak one's keepers
@@ -105,7 +105,7 @@ def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
         m = (rubrics == rubric) & keep
         assert per_rubric.keepers_per_rubric[rubric] == m.sum() > 300
         assert np.mean((probe - bar)[m] < per_rubric.tau_drop[rubric]) <= 0.01
-    score_only = np.mean(probe[(sources == "forum") & ~keep] < th.tau_keep["wiki"] + th.tau_drop["*"])
+    score_only = np.mean(probe[(sources == "forum") & ~keep] < th.tau_keep["wiki"] + th.tau_drop[cal.POOLED])
     assert score_only < 0.2  # what one score threshold under the weak source's keepers would drop of forum's rejects
     assert sum(th.docs_per_source.values()) == n
     with pytest.raises(ValueError, match="zero documents"):
