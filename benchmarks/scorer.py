@@ -1,16 +1,19 @@
 """Scorer benchmark: the early-exit cascade vs the Judge alone vs the Probe alone, and 1 vs 2 CPU actors.
 
-All measured in one run on the same documents (prose from pydoc_data, code from the stdlib):
-1. label a sample with the heuristic stand-in oracle, train the heads, calibrate (τ_keep, τ_drop)
-   on a third set of unlabelled documents;
-2. score the held-back documents in-process three ways, timing each and counting backbone FLOPs
+All measured in one run with the recipe's scorer settings (default configs/demo.yaml) on the clean
+records of the committed demo corpus (prose in several languages, Python/Go code, math, science):
+1. label → distill → calibrate as `cluster.pipeline` does (τ_keep, τ_drop fitted on unlabelled
+   documents), with `--unseen` documents held out of all three;
+2. score the unseen documents in-process three ways, timing each and counting backbone FLOPs
    (neither the heads nor the thresholds saw them, so `keeper_loss` is what a new corpus gets);
 3. score the same documents as Parquet shards on Ray Data with a pool of 1 and of 2 actors.
 `ratio` = cascade docs/s ÷ Judge-only docs/s (> 1: the cascade is faster). `flops_saved` is the
 fraction of backbone FLOPs the cascade skips at the calibrated τ_drop; `keeper_loss` the fraction
-of the Judge-only keepers the cascade dropped. The last line is one JSON object.
+of the Judge-only keepers the cascade dropped, with its 90% Clopper-Pearson upper bound;
+`held_out_spearman` the heads' and the length baseline's agreement with the oracle on the labelled
+test split. The last line is one JSON object.
 
-    .venv/bin/python benchmarks/scorer.py [--quick]
+    .venv/bin/python benchmarks/scorer.py [--quick] [--unseen 1500] [overrides, e.g. scorer.probe_layer=3]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -25,67 +29,60 @@ from pathlib import Path
 
 # benchmarks/ holds a tokenize.py that would shadow the standard library's tokenize module
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small smoke run (fewer documents and epochs)")
-    ap.add_argument("--docs", type=int, default=0, help="documents per kind (default 300, quick 60)")
+    ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
+    ap.add_argument("--quick", action="store_true", help="small smoke run (300 labels, 2 epochs, 120 unseen)")
+    ap.add_argument("--unseen", type=int, default=1500, help="documents held out of labelling and calibration")
+    ap.add_argument("--probe-layers", default="", help="comma-separated L_probe values to sweep (heads retrained "
+                    "per layer, same labels; no Ray part); default: the recipe's layer only")
+    ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer.json, with "
+                    "--probe-layers scorer_probe_layers.json; none for --quick)")
+    ap.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = ap.parse_args()
-    n = args.docs or (60 if args.quick else 300)
 
     import pyarrow as pa
     import pyarrow.parquet as pq
     import ray
 
     from services.scorer import pipeline
-    from services.scorer.cascade import CascadeScorer
-    from services.scorer.sample_docs import python_docs
+    from services.scorer.sample_docs import demo_pool
     from services.scorer.scoring import run_scoring
-    from shared.config import ExperimentConfig
+    from services.scorer.stage_support import benchmark_recipe, write_result
 
-    docs = python_docs(n, n, seed=11)
-    labelled, held = docs[: n // 2] + docs[n : n + n // 2], docs[n // 2 : n] + docs[n + n // 2 :]
-    # Unlabelled calibration documents, none of the above: enough for ≥ 99 keepers per rubric at
-    # the default 1% keeper loss (τ_drop skips nothing with fewer), fewer in --quick.
-    seen = {d["text"] for d in docs}
-    fresh = [d for d in python_docs(738, 900, seed=12) if d["text"] not in seen]
-    n_cal = {"web": 100, "code": 100} if args.quick else {"web": 400, "code": 250}
-    calib = [{**d, "id": f"cal-{d['id']}"} for kind, k in n_cal.items() for d in [x for x in fresh if x["kind"] == kind][:k]]
+    cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     tmp = Path(tempfile.mkdtemp(prefix="bench-scorer-"))
-    cfg = ExperimentConfig()
-    cfg.tracker.mode = "disabled"
     cfg.scorer.out_dir = str(tmp / "out")
-    h = cfg.scorer.heads
-    h.max_tokens, h.judge_dim, h.judge_heads = 128, 64, 4
-    h.max_epochs, h.patience = (8, 3) if args.quick else (40, 6)
-    cfg.scorer.oracle.sample_size = len(labelled)
-    print(f"oracle=heuristic (stand-in); labelling {len(labelled)} documents, calibrating on {len(calib)}, "
-          f"scoring {len(held)}", flush=True)
-    pipeline.label_stage(cfg, docs=labelled)
-    pipeline.train_stage(cfg)
-    cal = pipeline.calibrate_stage(cfg, docs=calib)
-    print(f"calibration keepers per rubric {cal['calibration']['keepers_per_rubric']}, promised keeper loss "
-          f"{cal['calibration']['expected_keeper_loss']} (90%: {cal['calibration']['keeper_loss_p90']})", flush=True)
-
-    scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
-    texts, kinds, sources = [d["text"] for d in held], [d["kind"] for d in held], [d["source"] for d in held]
-    scorer.score(texts[:8], kinds[:8], sources[:8])  # warm-up
-    res, speed, flops = {}, {}, {}
-    for mode in ("cascade", "judge", "probe"):
-        scorer.bb.reset_counters()
-        t0 = time.perf_counter()
-        res[mode] = scorer.score(texts, kinds, sources, mode=mode)
-        speed[mode] = len(texts) / (time.perf_counter() - t0)
-        flops[mode] = sum(scorer.bb.layer_flops)
-        print(f"{mode:8s} {speed[mode]:8.1f} docs/s  backbone {flops[mode] / 1e9:8.1f} GFLOP", flush=True)
-    jk, ck = res["judge"]["keep"], res["cascade"]["keep"]
-    keeper_loss = float((jk & ~ck).sum() / max(1, jk.sum()))
-    flops_saved = 1.0 - flops["cascade"] / flops["judge"]
-
+    docs = demo_pool()
+    random.Random(11).shuffle(docs)
+    n_unseen = 120 if args.quick else args.unseen
+    held, pool = docs[:n_unseen], docs[n_unseen:]
+    print(f"oracle=heuristic (stand-in); {len(pool)} documents to label and calibrate from, {len(held)} unseen",
+          flush=True)
+    t0 = time.perf_counter()
+    pipeline.label_stage(cfg, docs=pool)
+    label_s = time.perf_counter() - t0
+    if args.probe_layers:
+        sweep = {}
+        for layer in (int(x) for x in args.probe_layers.split(",")):
+            cfg.scorer.probe_layer = layer
+            m = build_and_measure(cfg, pool, held)
+            sweep[layer] = {k: m[k] for k in ("flops_saved", "keeper_loss", "keeper_loss_p90", "judge_passes_skipped",
+                                              "held_out_spearman", "ratio", "build_seconds")}
+            print(f"L_probe={layer}: {json.dumps(sweep[layer])}", flush=True)
+        result = {"sweep": sweep, "judge_layer": cfg.scorer.judge_layer, "docs": len(held),
+                  "oracle": "heuristic (stand-in)", "quick": args.quick, "overrides": overrides}
+        write_result(result, args.out, "scorer_probe_layers", args.quick)
+        print(json.dumps(result))
+        return
+    m = build_and_measure(cfg, pool, held)
+    m["label_seconds"] = label_s
     shards = []
     for s in range(4):
         part = held[s::4]
@@ -95,30 +92,72 @@ def main() -> None:
         shards.append(str(path))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     actors = {}
-    for pool in (1, 2):
-        cfg.scorer.scoring.actors_max = pool  # max first: the validator checks min <= max on assignment
-        cfg.scorer.scoring.actors_min = pool
-        cfg.scorer.out_dir = str(tmp / "out")
+    for pool_size in (1, 2):
+        # the validator checks min <= max on every assignment: move the bound on the side the size goes first
+        if pool_size > cfg.scorer.scoring.actors_max:
+            cfg.scorer.scoring.actors_max = pool_size
+        cfg.scorer.scoring.actors_min = pool_size
+        cfg.scorer.scoring.actors_max = pool_size
         for f in (tmp / "out" / "scores").glob("*.parquet") if (tmp / "out" / "scores").exists() else []:
             f.unlink()
         rep = run_scoring(cfg, shards, progress=False)
-        actors[pool] = rep["docs_per_s"]
-        print(f"ray data, {pool} actor(s) x {cfg.scorer.scoring.actor_cpus} CPU: {actors[pool]:.1f} docs/s "
+        actors[pool_size] = rep["docs_per_s"]
+        print(f"ray data, {pool_size} actor(s) x {cfg.scorer.scoring.actor_cpus} CPU: {actors[pool_size]:.1f} docs/s "
               f"(incl. actor start-up)", flush=True)
     ray.shutdown()
-    print(f"cascade / judge-only speed: {speed['cascade'] / speed['judge']:.2f}x; FLOPs saved {flops_saved:.1%}; "
-          f"keeper loss {keeper_loss:.1%}; 2 vs 1 actors: {actors[2] / actors[1]:.2f}x")
-    print(json.dumps({
+    m.update({"actors_1_docs_per_s": actors[1], "actors_2_docs_per_s": actors[2],
+              "actor_scaling": actors[2] / actors[1], "docs": len(held), "oracle": "heuristic (stand-in)",
+              "quick": args.quick, "overrides": overrides})
+    print(f"cascade / judge-only speed: {m['ratio']:.2f}x; FLOPs saved {m['flops_saved']:.1%}; keeper loss "
+          f"{m['keeper_loss']:.2%} ({m['keepers_lost']}/{m['keepers']}, 90% bound {m['keeper_loss_p90']:.2%}); "
+          f"2 vs 1 actors: {m['actor_scaling']:.2f}x; held-out Spearman {m['held_out_spearman']}")
+    write_result(m, args.out, "scorer", args.quick)
+    print(json.dumps(m))
+
+
+def build_and_measure(cfg, pool: list[dict], held: list[dict]) -> dict:
+    """Distill + calibrate on the labels already written, then score `held` three ways in-process."""
+    import numpy as np
+    from scipy.stats import beta
+
+    from services.scorer import pipeline
+    from services.scorer.cascade import CascadeScorer
+
+    t0 = time.perf_counter()
+    train = pipeline.train_stage(cfg)
+    cal = pipeline.calibrate_stage(cfg, docs=pool)
+    build_s = time.perf_counter() - t0
+    print(f"calibration keepers per rubric {cal['calibration']['keepers_per_rubric']}, promised keeper loss "
+          f"{cal['calibration']['expected_keeper_loss']} (90%: {cal['calibration']['keeper_loss_p90']})", flush=True)
+    scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
+    texts, kinds, sources = [d["text"] for d in held], [d["kind"] for d in held], [d["source"] for d in held]
+    scorer.score(texts[:8], kinds[:8], sources[:8])  # warm-up
+    res, speed, flops = {}, {}, {}
+    t1 = time.perf_counter()
+    for mode in ("cascade", "judge", "probe"):
+        scorer.bb.reset_counters()
+        t2 = time.perf_counter()
+        res[mode] = scorer.score(texts, kinds, sources, mode=mode)
+        speed[mode] = len(texts) / (time.perf_counter() - t2)
+        flops[mode] = sum(scorer.bb.layer_flops)
+        print(f"{mode:8s} {speed[mode]:8.1f} docs/s  backbone {flops[mode] / 1e9:8.1f} GFLOP", flush=True)
+    jk, ck = res["judge"]["keep"], res["cascade"]["keep"]
+    lost, keepers = int((jk & ~ck).sum()), int(jk.sum())
+    return {
         "ratio": speed["cascade"] / speed["judge"],
         "docs_per_s_cascade": speed["cascade"], "docs_per_s_judge": speed["judge"], "docs_per_s_probe": speed["probe"],
-        "flops_saved": flops_saved, "keeper_loss": keeper_loss,
+        "flops_saved": 1.0 - flops["cascade"] / flops["judge"], "keeper_loss": lost / max(1, keepers),
+        "keeper_loss_p90": float(beta.ppf(0.9, lost + 1, keepers - lost)) if keepers else 1.0,  # Clopper-Pearson
+        "keepers": keepers, "keepers_lost": lost,
         "judge_passes_skipped": float(res["cascade"]["judge_skipped"].mean()),
+        "read_fraction_mean": float(np.mean(res["judge"]["read_fraction"])),
+        "held_out_spearman": {n: r["spearman_quality"] for n, r in cal["rubrics"].items()},
         "calibration_flops_saved": cal["compute"]["flops_saved"],
         "promised_keeper_loss": cal["calibration"]["expected_keeper_loss"],
         "promised_keeper_loss_p90": cal["calibration"]["keeper_loss_p90"],
-        "actors_1_docs_per_s": actors[1], "actors_2_docs_per_s": actors[2], "actor_scaling": actors[2] / actors[1],
-        "docs": len(held), "oracle": "heuristic (stand-in)", "quick": args.quick,
-    }))
+        "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
+        "measure_seconds": time.perf_counter() - t1,
+    }
 
 
 if __name__ == "__main__":

@@ -148,7 +148,13 @@ def summarize(results: dict[str, StageResult]) -> dict[str, Any]:
     """The numbers a user wants at the end: documents per stage, keep rates, tokens, losses, MFU."""
     r = {name: res.report for name, res in results.items()}
     filt, score, tok, train = r.get("filter", {}), r.get("score", {}), r.get("tokenize", {}), r.get("train", {})
+    calib = r.get("calibrate", {})
     return {
+        "scorer": {"held_out_spearman": {name: rub.get("spearman_quality", {}).get("judge")
+                                         for name, rub in calib.get("rubrics", {}).items()},
+                   "flops_saved": calib.get("compute", {}).get("flops_saved"),
+                   "judge_passes_skipped": score.get("judge_passes_skipped"),
+                   "read_fraction": score.get("read_fraction_mean")},
         "documents": {"raw": filt.get("records"), "after_filter": filt.get("written"),
                       "scored": tok.get("selected", {}).get("scored"), "kept": tok.get("selected", {}).get("kept")},
         "keep_rate": score.get("keep_rate"),

@@ -100,6 +100,12 @@ def print_summary(summary: dict, tracker_url: str) -> None:
                f"kept by the scorer {docs['kept']} (keep rate {summary['keep_rate']:.0%})")
     for source, n in (summary.get("sources") or {}).items():
         typer.echo(f"  {source:>16}: {n['train']} train / {n['eval']} held-out documents")
+    sc = summary.get("scorer") or {}
+    if sc.get("held_out_spearman"):
+        agreement = ", ".join(f"{n} {v:.2f}" for n, v in sc["held_out_spearman"].items() if v is not None)
+        saved = f"{sc['flops_saved']:.0%}" if sc.get("flops_saved") is not None else "n/a"
+        typer.echo(f"scorer: held-out Spearman vs the oracle (Judge) {agreement}; early exit saved {saved} of "
+                   f"backbone FLOPs on the held-out split")
     tokens = summary.get("tokens") or {}
     if tokens.get("tokens"):
         typer.echo(f"tokens: {tokens['tokens']:,} in the shards ({tokens.get('docs', 0):,} documents)")

@@ -52,8 +52,8 @@ def register(app: typer.Typer) -> None:
     def run(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
             max_shards: int = typer.Option(None, help="Score at most this many pending shards, then stop.")) -> None:
         """Score every input shard with the calibrated cascade on Ray Data (skips finished shards)."""
-        from services.scorer.pipeline import input_paths, report_stage
         from services.scorer.scoring import run_scoring
+        from services.scorer.stage_support import input_paths, report_stage
 
         cfg = load_or_exit(config, overrides)
         report = run_scoring(cfg, input_paths(cfg), max_shards=max_shards)

@@ -3,10 +3,18 @@
 - τ_keep per source: the (1 − target) quantile of the Judge's aggregate quality on held-out
   labelled documents of that source, so the realised keep rate hits the target (defaults ≈30%
   web, ≈50% code/math/science, from the design notes).
-- τ_drop per rubric: the largest Probe threshold whose *expected* loss of the documents the Judge
-  alone would keep, on documents it was not fitted on, is at most `max_keeper_loss` (default 1%);
-  every document under it skips the Judge's layers and head, which is the compute the cascade
-  saves.
+- τ_drop on the Probe margin `probe_quality − τ_keep(source)`: the largest margin threshold whose
+  loss of the documents the Judge alone would keep, on documents it was not fitted on, is at
+  most `max_keeper_loss` (default 1%) with probability `keeper_loss_confidence` (default 0.9;
+  0 = in expectation), split-conformal; every document under it skips the Judge's layers and
+  head, which is the compute the cascade saves. Why a margin and not the Probe's score: τ_keep
+  differs by source (a keep rate per source), so a keeper of a weak source can score below many
+  rejects of a strong one, and one score threshold per rubric must sit under the weakest source's
+  keepers — it dropped 1–3% of the demo's documents. Measured against its own source's bar, a
+  strong source's clear rejects drop too. `calibration.tau_drop_scope` = `all` (default) fits
+  one margin threshold on the keepers of every rubric (key `all-rubrics`), `rubric` one per rubric: the
+  conformal promise needs ≥ 230 keepers per fit at 90% confidence, which a 1,500-document
+  calibration sample gives all rubrics together but not always the code rubric alone.
 
 Neither threshold needs oracle labels, only the heads' scores, so `fit_thresholds` runs on an
 unlabelled calibration sample as large as `scorer.calibration.sample_size`, and the labelled
@@ -36,30 +44,43 @@ def tau_for_keep_rate(scores: np.ndarray, rate: float) -> float:
     return float(s[min(k, len(s)) - 1])
 
 
-def tau_drop_for_loss(probe_scores_of_keepers: np.ndarray, max_loss: float) -> float:
-    """Largest τ_drop whose expected keeper loss on *new* documents is at most `max_loss`.
+def conformal_rank(n_keepers: int, max_loss: float, confidence: float = 0.0) -> int:
+    """How many of n calibration keepers' lowest Probe scores τ_drop may reach (0 = drop nothing).
 
     Skipping documents whose Probe score is under the j-th lowest of n calibration keepers loses a
     new keeper (exchangeable with them) with probability j/(n+1): its rank among the n+1 is
-    uniform. So j = ⌊max_loss·(n+1)⌋ (split conformal). Bounding the loss *on the calibration
-    keepers* instead, as this function once did, promises 1% and delivers ≥ 1/(n+1): 9% with 10
-    keepers, which is what benchmarks/scorer.py measured. With fewer than 1/max_loss − 1 keepers
-    no threshold keeps the promise: −∞, every document reaches the Judge.
+    uniform (split conformal). `confidence` = 0 bounds that in expectation: j = ⌊max_loss·(n+1)⌋.
+    But for the one calibration sample at hand the loss is itself random, Beta(j, n+1−j)
+    distributed, and exceeds its mean about half the time; `confidence` = 0.9 takes the largest j
+    whose Beta 90% quantile is at most `max_loss` (a training-conditional guarantee, Vovk 2012), so
+    nine calibration samples in ten keep the promise. At 1% that needs ≥ 99 keepers in
+    expectation, ≥ 230 at 90%.
     """
+    if confidence <= 0:
+        return int(math.floor(max_loss * (n_keepers + 1) + 1e-9))
+    j = 0
+    while j < n_keepers and beta_dist.ppf(confidence, j + 1, n_keepers - j) <= max_loss:
+        j += 1
+    return j
+
+
+def tau_drop_for_loss(probe_scores_of_keepers: np.ndarray, max_loss: float, confidence: float = 0.0) -> float:
+    """Largest τ_drop whose keeper loss on *new* documents is at most `max_loss` (conformal_rank says
+    in what sense); −∞ (every document reaches the Judge) when no rank keeps the promise."""
     p = np.sort(np.asarray(probe_scores_of_keepers, dtype=np.float64))
-    j = int(math.floor(max_loss * (len(p) + 1) + 1e-9))
+    j = conformal_rank(len(p), max_loss, confidence)
     return float(p[j - 1]) if j >= 1 else -math.inf
 
 
-def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None = None) -> float:
+def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None = None,
+                         confidence: float = 0.0) -> float:
     """The keeper loss `tau_drop_for_loss` gives new documents with n calibration keepers.
 
-    In expectation over calibration samples: j/(n+1) ≤ max_loss. For the one calibration sample at
-    hand the loss is itself random, Beta(j, n+1−j) distributed; `quantile` (e.g. 0.9) returns the
-    loss that sample stays under with that probability (j = 1, n = 110: 2.1% at 0.9). A tighter
-    promise needs more keepers, not a different rule.
+    Over calibration samples the loss is Beta(j, n+1−j) with j = conformal_rank(...): its mean
+    j/(n+1), or with `quantile` (e.g. 0.9) the loss this sample stays under with that probability.
+    A tighter promise needs more keepers, not a different rule.
     """
-    j = math.floor(max_loss * (n_keepers + 1) + 1e-9)
+    j = conformal_rank(n_keepers, max_loss, confidence)
     if j == 0:
         return 0.0
     if quantile is None:
@@ -67,10 +88,14 @@ def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None
     return float(beta_dist.ppf(quantile, j, n_keepers + 1 - j))
 
 
+POOLED = "all-rubrics"  # τ_drop key of the one threshold fitted on every rubric's keepers (a tracker-safe name)
+
+
 @dataclass
 class Thresholds:
-    """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop per
-    rubric, and what they were fitted on: documents per source, Judge keepers per rubric."""
+    """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop on the
+    Probe margin per rubric (or `POOLED` for all), and what they were fitted on: documents per source,
+    Judge keepers per rubric."""
 
     tau_keep: dict[str, float]
     tau_drop: dict[str, float]
@@ -80,13 +105,19 @@ class Thresholds:
     def keep_threshold(self, source: str, kind: str) -> float:
         return self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf))
 
+    def drop_threshold(self, rubric: str) -> float:
+        return self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf))
+
 
 def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray, kinds: np.ndarray,
-                   rubrics: np.ndarray, keep_rate: Callable[[str], float], max_loss: float) -> Thresholds:
-    """τ_keep per source and per kind from the Judge's scores, then τ_drop per rubric from the
-    Probe's scores of the documents those τ_keep keep. Arrays are per document."""
+                   rubrics: np.ndarray, keep_rate: Callable[[str], float], max_loss: float,
+                   confidence: float = 0.0, scope: str = "all") -> Thresholds:
+    """τ_keep per source and per kind from the Judge's scores, then τ_drop (per rubric, or one for
+    `scope="all"`) from the Probe margins of the documents those τ_keep keep. Arrays are per document."""
     if len(judge_q) == 0:
         raise ValueError("cannot calibrate thresholds on zero documents")
+    if scope not in ("all", "rubric"):
+        raise ValueError(f"scope={scope!r}; expected all or rubric")
     sources, kinds, rubrics = (np.asarray(a).astype(str) for a in (sources, kinds, rubrics))
     tau_keep: dict[str, float] = {}
     for src in sorted(set(sources.tolist())):
@@ -94,13 +125,23 @@ def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray
         tau_keep[src] = tau_for_keep_rate(judge_q[m], keep_rate(str(kinds[m][0])))
     for kind in sorted(set(kinds.tolist())):
         tau_keep[f"kind:{kind}"] = tau_for_keep_rate(judge_q[kinds == kind], keep_rate(kind))
-    keep = judge_q >= np.array([tau_keep[s] for s in sources])
-    tau_drop, keepers = {}, {}
-    for rubric in sorted(set(rubrics.tolist())):
-        scores = probe_q[(rubrics == rubric) & keep]
-        tau_drop[rubric], keepers[rubric] = tau_drop_for_loss(scores, max_loss), len(scores)
+    bar = np.array([tau_keep[s] for s in sources])
+    keep, margin = judge_q >= bar, probe_q - bar
+    keepers = {r: int(((rubrics == r) & keep).sum()) for r in sorted(set(rubrics.tolist()))}
+    if scope == "all":
+        tau_drop = {POOLED: tau_drop_for_loss(margin[keep], max_loss, confidence)}
+    else:
+        tau_drop = {r: tau_drop_for_loss(margin[(rubrics == r) & keep], max_loss, confidence) for r in keepers}
     return Thresholds(tau_keep, tau_drop, {s: int((sources == s).sum()) for s in sorted(set(sources.tolist()))},
                       keepers)
+
+
+def drop_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> np.ndarray:
+    """Which documents the Probe drops under `th` (margin below τ_drop; never without a τ_keep)."""
+    bar = np.array([th.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
+    tau = np.array([th.drop_threshold(r) for r in rubrics])
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(bar) & np.isfinite(tau) & (np.asarray(probe_q) - bar < tau)
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

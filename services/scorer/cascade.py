@@ -1,12 +1,17 @@
 """The early-exit cascade: layers [0, L_probe) → Probe → (survivors only) layers [L_probe, L_judge) → Judge.
 
-A document whose Probe quality is below its rubric's τ_drop is dropped right there: it never
-enters layer L_probe or any later layer (the backbone counts layer calls, tests check it). Layers
-after L_judge are never run. Documents are scored in length-sorted micro-batches to limit padding.
-Modes for comparison: `judge` (every document through L_judge, no Probe) and `probe` (stop at
-L_probe and keep on the Probe's score).
+Every document is read whole as windows (windows.py). The Probe reads `heads.probe_windows` of
+them (all by default) through layers [0, L_probe). A document is dropped right there when the
+Probe's quality falls more than τ_drop below its source's keep threshold — its Probe margin,
+`probe_quality − τ_keep(source)`, is under τ_drop (calibrate.py says why a margin): its remaining
+windows are never read and none of its windows enters layer L_probe or any later layer (the
+backbone counts layer calls, tests check it). Survivors read their other windows through
+[0, L_probe), then all of them through [L_probe, L_judge); layers after L_judge never run.
+Documents are scored in length-sorted micro-batches to limit padding. Modes for comparison:
+`judge` (every document through L_judge, no Probe) and `probe` (stop at L_probe and keep on the
+Probe's score).
 
-The Judge reads the survivors' layer-L_judge sequence and their layer-L_probe states (kept from the
+The Judge reads the survivors' layer-L_judge tokens and their layer-L_probe states (kept from the
 first leg; heads.py says why): no backbone layer runs twice or beyond L_judge.
 """
 
@@ -19,9 +24,17 @@ import numpy as np
 import torch
 
 from services.scorer.backbone import LayerwiseBackbone
-from services.scorer.features import length_buckets
-from services.scorer.heads import HEADS_VERSION, Judge, Probe, masked_mean
+from services.scorer.calibrate import POOLED
+from services.scorer.features import pad_seqs
+from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.rubrics import rubric_for
+from services.scorer.windows import (
+    WindowReader,
+    Windows,
+    document_batches,
+    per_document,
+    pool_per_document,
+)
 
 HEADS_FILE = "heads.pt"
 CALIBRATION_FILE = "calibration.json"
@@ -30,13 +43,13 @@ CALIBRATION_FILE = "calibration.json"
 def build_heads(blob: dict, width: int) -> dict:
     """The (Probe, Judge) of every rubric in a heads.pt blob; refuses heads of another `HEADS_VERSION`.
 
-    The version is what `moelab score train` wrote (files without one predate it: version 1). The
+    The version is what `moelab score train` wrote (files without one are version 1). The
     pipeline's distill stage is keyed by the same number, so it retrains instead of landing here.
     """
     version = blob.get("meta", {}).get("heads_version", 1)
     if version != HEADS_VERSION:
         raise ValueError(f"heads.pt holds version-{version} heads; this moelab's heads are version {HEADS_VERSION} "
-                         "(the Judge's architecture changed): rerun `moelab score train`")
+                         "(the heads' architecture or inputs changed): rerun `moelab score train`")
     heads = {}
     for name, h in blob["rubrics"].items():
         n = len(h["dims"])
@@ -48,13 +61,25 @@ def build_heads(blob: dict, width: int) -> dict:
     return heads
 
 
+def reader_for(bb: LayerwiseBackbone, meta: dict) -> WindowReader:
+    """The window reader heads.pt was trained with (its meta records the windowing)."""
+    return WindowReader.from_meta(bb.tokenizer, meta)
+
+
+def _stack_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Rows of two [R, T, ...] tensors in one, right-padded with zeros to the wider T."""
+    t = max(a.shape[1], b.shape[1])
+    pad = lambda z: torch.nn.functional.pad(z, (0, 0) * (z.dim() - 2) + (0, t - z.shape[1]))  # noqa: E731
+    return torch.cat([pad(a), pad(b)])
+
+
 class CascadeScorer:
-    def __init__(self, bb: LayerwiseBackbone, heads: dict, probe_layer: int, judge_layer: int, max_tokens: int,
+    def __init__(self, bb: LayerwiseBackbone, heads: dict, probe_layer: int, judge_layer: int, reader: WindowReader,
                  tau_drop: dict[str, float] | None = None, tau_keep: dict[str, float] | None = None,
                  micro_batch: int = 16) -> None:
-        self.bb, self.heads = bb, heads
+        self.bb, self.heads, self.reader = bb, heads, reader
         self.probe_layer, self.judge_layer = probe_layer, judge_layer
-        self.max_tokens, self.micro_batch = max_tokens, micro_batch
+        self.micro_batch = micro_batch
         self.tau_drop = tau_drop or {}
         self.tau_keep = tau_keep or {}
 
@@ -72,11 +97,18 @@ class CascadeScorer:
             judge.to(device=bb.device, dtype=bb.model.dtype)
         cal_path = out_dir / CALIBRATION_FILE
         cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
-        return cls(bb, heads, meta["probe_layer"], meta["judge_layer"], meta["max_tokens"], cal.get("tau_drop"),
+        return cls(bb, heads, meta["probe_layer"], meta["judge_layer"], reader_for(bb, meta), cal.get("tau_drop"),
                    cal.get("tau_keep"), scfg.scoring.micro_batch)
 
     def keep_threshold(self, source: str, kind: str) -> float:
         return float(self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf)))
+
+    def drops(self, probe_q: float, source: str, kind: str, rubric: str) -> bool:
+        """Whether the Probe drops a document: its margin below its source's τ_keep is under τ_drop
+        (the rubric's, else the pooled one). Without both thresholds nothing is dropped."""
+        tau_drop = self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf))
+        tau_keep = self.keep_threshold(source, kind)
+        return math.isfinite(tau_drop) and math.isfinite(tau_keep) and probe_q - tau_keep < tau_drop
 
     @torch.no_grad()
     def score(self, texts: list[str], kinds: list[str], sources: list[str] | None = None,
@@ -85,48 +117,76 @@ class CascadeScorer:
             raise ValueError(f"mode={mode!r}; expected cascade, judge or probe")
         sources = sources if sources is not None else list(kinds)
         n = len(texts)
-        probe_q = np.full(n, np.nan)
-        judge_q = np.full(n, np.nan)
+        probe_q, judge_q, coverage = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
         rubric_names = [rubric_for(k).name for k in kinds]
-        for idx in length_buckets(texts, self.micro_batch):
-            ids, am = self.bb.tokenize([texts[i] for i in idx], self.max_tokens)
-            # every mode runs layers [0, L_probe) first: the Judge reads the layer-L_probe states too
-            st = self.bb.run(self.bb.embed(ids, am), self.probe_layer)
-            survivors = list(range(len(idx)))
-            if mode != "judge":
-                pooled = masked_mean(self.bb.features(st), am)
-                for name, rows in self._by_rubric(idx, range(len(idx)), rubric_names).items():
-                    q = self._quality(self.heads[name][0].forward_pooled(pooled[rows]))
-                    probe_q[[idx[j] for j in rows]] = q
-                if mode == "probe":
-                    continue
-                survivors = [j for j, i in enumerate(idx)
-                             if probe_q[i] >= self.tau_drop.get(rubric_names[i], -math.inf)]
-                if not survivors:
-                    continue
-                if len(survivors) < len(idx):
-                    st = self.bb.select(st, torch.as_tensor(survivors, device=ids.device))
-            hp = self.bb.features(st)
-            st = self.bb.run(st, self.judge_layer)
-            h = self.bb.features(st)
-            local = {j: k for k, j in enumerate(survivors)}
-            for name, rows in self._by_rubric(idx, survivors, rubric_names).items():
-                sel = [local[j] for j in rows]
-                q = self._quality(self.heads[name][1](h[sel], st.attention_mask[sel], hp[sel]))
-                judge_q[[idx[j] for j in rows]] = q
+        for idx in document_batches(texts, self.micro_batch, self.reader.budget_windows):
+            win = self.reader.read([texts[i] for i in idx], [kinds[i] for i in idx])
+            coverage[idx] = np.array(win.tokens_read) / np.maximum(1, np.array(win.tokens_total))
+            docs = [(rubric_names[i], sources[i], kinds[i]) for i in idx]
+            p, j = self._score_batch(win, docs, mode)
+            probe_q[idx], judge_q[idx] = p, j
         quality = np.where(np.isnan(judge_q), probe_q, judge_q)
         tau = np.array([self.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
         keep = quality >= tau
         if mode == "cascade":
             keep &= ~np.isnan(judge_q)
         return {"probe_quality": probe_q, "judge_quality": judge_q, "quality": quality, "keep": keep,
-                "judge_skipped": np.isnan(judge_q)}
+                "judge_skipped": np.isnan(judge_q), "read_fraction": coverage}
+
+    def _score_batch(self, win: Windows, docs: list[tuple[str, str, str]], mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """Probe and Judge quality (NaN where not computed) of one micro-batch; docs = (rubric, source, kind)."""
+        dev, n = self.bb.device, len(docs)
+        probe_q, judge_q = np.full(n, np.nan), np.full(n, np.nan)
+        stats = win.doc_stats().to(dev)
+        ids, am = win.input_ids.to(dev), win.attention_mask.to(dev)
+        first = [r for r, flag in enumerate(win.probe_row) if flag or mode == "judge"]  # rows the first leg reads
+        st = self.bb.run(self.bb.embed(ids[first], am[first]), self.probe_layer)
+        hp = self.bb.features(st)
+        survivors = list(range(n))
+        if mode != "judge":
+            pooled = pool_per_document(hp, st.attention_mask, [win.doc[r] for r in first], n)
+            for name, members in self._by_rubric(docs, survivors).items():
+                probe_q[members] = self._quality(self.heads[name][0].forward_pooled(pooled[members], stats[members]))
+            if mode == "probe":
+                return probe_q, judge_q
+            survivors = [d for d in survivors if not self.drops(probe_q[d], docs[d][1], docs[d][2], docs[d][0])]
+            if not survivors:
+                return probe_q, judge_q
+        alive = set(survivors)
+        read = [k for k, r in enumerate(first) if win.doc[r] in alive]  # first-leg rows the survivors keep
+        rest = [r for r in range(len(win.doc)) if win.doc[r] in alive and r not in set(first)]
+        st_read = self.bb.select(st, torch.as_tensor(read, device=dev)) if len(read) < len(first) else st
+        legs = [(st_read, [first[k] for k in read])]
+        if rest:
+            legs.append((self.bb.run(self.bb.embed(ids[rest], am[rest]), self.probe_layer), rest))
+        h, hp2, mask, rows = None, None, None, []
+        for leg, leg_rows in legs:
+            hj, hpl, ml = self.bb.features(self.bb.run(leg, self.judge_layer)), self.bb.features(leg), leg.attention_mask
+            h, hp2, mask = (hj, hpl, ml) if h is None else (_stack_rows(h, hj), _stack_rows(hp2, hpl),
+                                                            _stack_rows(mask.unsqueeze(-1), ml.unsqueeze(-1)).squeeze(-1))
+            rows += leg_rows
+        local = {d: k for k, d in enumerate(survivors)}
+        row_doc = [local[win.doc[r]] for r in rows]
+        t = mask.shape[1]
+        bucket, rep = win.bucket[rows][:, :t].to(dev), win.repeated[rows][:, :t].to(dev)
+        per = lambda x: per_document(x, mask, row_doc, len(survivors))  # noqa: E731
+        seqs, probe_seqs, buckets, reps = per(h), per(hp2), per(bucket), per(rep)
+        for name, members in self._by_rubric(docs, survivors).items():
+            sel = [local[d] for d in members]
+            x, m = pad_seqs([seqs[k] for k in sel])
+            xp, _ = pad_seqs([probe_seqs[k] for k in sel])
+            b, _ = pad_seqs([buckets[k] for k in sel])
+            r, _ = pad_seqs([reps[k] for k in sel])
+            judge, dtype = self.heads[name][1], h.dtype
+            judge_q[members] = self._quality(judge(x.to(dev, dtype), m.to(dev), xp.to(dev, dtype), b.to(dev),
+                                                   r.to(dev, dtype), stats[members]))
+        return probe_q, judge_q
 
     @staticmethod
-    def _by_rubric(idx: list[int], rows, rubric_names: list[str]) -> dict[str, list[int]]:
+    def _by_rubric(docs: list[tuple[str, str, str]], members: list[int]) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
-        for j in rows:
-            groups.setdefault(rubric_names[idx[j]], []).append(j)
+        for d in members:
+            groups.setdefault(docs[d][0], []).append(d)
         return groups
 
     @staticmethod

@@ -1,34 +1,36 @@
-"""Probe and Judge heads (design: ../shared/DESIGN.md, "Quality rubric").
+"""Probe and Judge heads (design: "Quality rubric"), over the windows of a whole document (windows.py).
 
-Probe: masked mean-pool of layer-L_probe hidden states → Linear(width → n_dims). Cheap enough to
-run on every document; its job is to drop the clearly bad ones before the expensive layers.
+Probe: masked mean-pool of the layer-L_probe states of every token it reads → Linear(width + 2 →
+n_dims), the extra inputs being the document's `doc_stats` (log length, fraction of tokens in a
+repeated 8-gram). Cheap enough to run on every document; its job is to drop the clearly bad ones
+before the expensive layers.
 
-Judge: the layer-L_judge sequence → Linear(width → 512) → a 2-layer transformer encoder with full
-attention over the sequence (padding masked) → masked mean-pool → LayerNorm → Linear(512 → n_dims),
-built as a residual over a Probe:
+Judge: the tokens of all windows, concatenated and mean-pooled in segments of `judge_pool` tokens
+(4 in the demo: the encoder's cost falls with the square of its length) → Linear(width → dim) of
+the layer-L_judge states plus a projection of the same segments' layer-L_probe states plus an
+embedding of each segment's document-position bucket plus a projection of its repeated-token
+fraction → a transformer encoder with full attention over the document (padding masked) →
+readout → LayerNorm → Linear(→ n_dims), built as a residual over a probe:
 
-    judge(x) = Linear(mean(h_probe)) + out(encoder(proj(h_judge) + proj_probe(h_probe)))
+    judge(x) = Linear([mean(h_probe), doc_stats]) + out(readout(encoder(proj(h_judge) + proj_probe(h_probe)
+                                                                        + pos + proj_rep(repeated))))
 
-- Skip path: a linear head on the mean-pooled layer-L_probe states (the Probe's own input).
-- Encoder path: its token inputs are the layer-L_judge states plus a projection of the
-  layer-L_probe states at the same positions, and its output layer `out` is zero-initialised
-  (ReZero/ControlNet-style), so the Judge starts as exactly a linear probe and the encoder learns
-  a correction to it.
+- Readout: the masked mean of the encoder's output concatenated with `READOUT_QUERIES` learned
+  attention pools (one softmax over the segments per query). Why not the mean alone: a defect
+  that sits in a few segments (a cut-off ending, a spam line, the start of a repeated passage) is
+  diluted by every clean segment in a mean; an attention pool can put its weight there.
+- Skip path: a linear head on the Probe's own input. Why: on MiniLM how linearly the rubric labels
+  read from mean-pooled states falls with depth (ridge, general rubric: 0.83 at the embeddings,
+  0.75 at layer 5, 0.46 at layer 6; its last layer is tuned for sentence similarity), and a
+  transformer head on a few hundred labels cannot recover that from layer 6 alone (0.40 held-out
+  Spearman vs the Probe's 0.65, docs/LOG.md).
+- `out` is zero-initialised (ReZero/ControlNet-style), so the Judge starts as exactly a linear
+  probe and the encoder learns a correction; with a random `out` the encoder's initial output
+  swamps the skip and early stopping fires before either recovers (0.61 vs 0.73 measured).
+- The position buckets (eighths of the document and one for its final token) let attention tell
+  an ending from a middle (an unfinished last sentence), which a mean-pool cannot.
 The cascade already holds the layer-L_probe states of every document that reaches the Judge, so
-both extras cost one (width × dim) projection per token and no backbone compute.
-
-Why, measured (docs/scorer.md, docs/LOG.md 2026-11-30, issue #9; MiniLM, heuristic stand-in oracle, held-out
-Spearman, mean over 5 document samplings): the plain Judge on layer 6 alone reached 0.40 vs the
-Probe's 0.65 with 130 training labels per rubric (0.58 vs 0.65 with 195). Ridge probes show why:
-how linearly the labels read from mean-pooled states falls with depth (general rubric 0.83 at the
-embeddings, 0.75 at layer 5, 0.46 at layer 6; MiniLM's last layer is tuned for sentence
-similarity), so a skip on the Judge's own layer starts below the Probe (0.45-0.49 measured). With
-the layer-L_probe skip and token inputs and the zero-initialised output the Judge reaches 0.73
-(0.78 with 195 labels) and beats the Probe on 9 of 10 (10 of 10) rubric × sampling pairs. With a
-randomly initialised `out` it reached 0.61: the encoder's random initial output swamps the skip
-and early stopping fires before either recovers. On this backbone and oracle the layer-L_judge
-sequence itself adds nothing measurable (dropping it: 0.764 vs 0.761); with a decoder backbone and
-a real oracle the later layer is the point of the Judge, and the encoder weighs the two inputs.
+the extra inputs cost one (width × dim) projection per token and no backbone compute.
 
 Both predict the rubric dimensions scaled to [0, 1] (score / max) and are trained with mean
 squared error: the labels are ordinal integers on a small scale, regression keeps their order and
@@ -41,49 +43,121 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from services.scorer.windows import DOC_STATS, END_BUCKET
+
+READOUT_QUERIES = 4
+
 
 def masked_mean(x_BTD: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     m = mask_BT.to(x_BTD.dtype).unsqueeze(-1)
     return (x_BTD * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
-# Bump when a head's architecture changes: the pipeline's distill stage keys on it, so an existing
-# run directory retrains its heads instead of loading weights of the old design.
-HEADS_VERSION = 2
+# Bump when a head's architecture or its inputs change: the pipeline's distill stage keys on it,
+# so an existing run directory retrains its heads instead of loading weights of another design.
+HEADS_VERSION = 4
 
 
 class Probe(nn.Module):
     def __init__(self, width: int, n_dims: int) -> None:
         super().__init__()
-        self.out = nn.Linear(width, n_dims)
+        self.out = nn.Linear(width + DOC_STATS, n_dims)
 
-    def forward_pooled(self, pooled_BD: torch.Tensor) -> torch.Tensor:
-        return self.out(pooled_BD)
+    def forward_pooled(self, pooled_BD: torch.Tensor, stats_BF: torch.Tensor) -> torch.Tensor:
+        """pooled: mean layer-L_probe state of the tokens read; stats: `Windows.doc_stats`."""
+        return self.out(torch.cat([pooled_BD, stats_BF.to(pooled_BD.dtype)], 1))
 
-    def forward(self, x_BTD: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
-        return self.out(masked_mean(x_BTD, mask_BT))
+
+def pool_tokens(p: int, x_BTD, probe_BTD, bucket_BT, rep_BT, mask_BT):
+    """Mean of every `p` consecutive tokens (padding excluded): the Judge attends over T/p segments.
+
+    A segment's bucket is its largest (so the document's final token keeps its END bucket), its
+    repeated value the fraction of its tokens marked, and it is valid when any of its tokens is.
+    """
+    b, t = mask_BT.shape
+    pad = (-t) % p
+    if pad:
+        x_BTD, probe_BTD = (nn.functional.pad(z, (0, 0, 0, pad)) for z in (x_BTD, probe_BTD))
+        bucket_BT, rep_BT, mask_BT = (nn.functional.pad(z, (0, pad)) for z in (bucket_BT, rep_BT, mask_BT))
+    m_BSP1 = mask_BT.to(x_BTD.dtype).view(b, -1, p, 1)
+    count_BS1 = m_BSP1.sum(2).clamp_min(1.0)
+    mean = lambda z: (z.view(b, -1, p, z.shape[-1]) * m_BSP1).sum(2) / count_BS1  # noqa: E731
+    bucket_BS = (bucket_BT * mask_BT.to(bucket_BT.dtype)).view(b, -1, p).amax(2)
+    rep_BS = mean(rep_BT.to(x_BTD.dtype).unsqueeze(-1)).squeeze(-1)
+    return mean(x_BTD), mean(probe_BTD), bucket_BS, rep_BS, mask_BT.view(b, -1, p).any(2)
+
+
+class EncoderBlock(nn.Module):
+    """Pre-norm transformer block (attention + 2×-wide GELU MLP) on `F.scaled_dot_product_attention`,
+    with dropout on the residual branches only.
+
+    Why not `nn.TransformerEncoderLayer`: in training mode its dropout on the attention
+    probabilities sends CPU attention down the unfused math path: 1.0 s for a [32, 256, 128] batch
+    against 0.04 s for fused SDPA with the same padding mask (torch 2.13), which made the Judge's
+    training the slowest part of the demo.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"judge_dim {dim} is not divisible by judge_heads {heads}")
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.attn_out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x_BTE: torch.Tensor, keep_B11T: torch.Tensor) -> torch.Tensor:
+        b, t, e = x_BTE.shape
+        q, k, v = self.qkv(self.norm1(x_BTE)).view(b, t, 3, self.heads, e // self.heads).permute(2, 0, 3, 1, 4)
+        a_BHTK = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep_B11T)
+        x_BTE = x_BTE + self.drop(self.attn_out(a_BHTK.transpose(1, 2).reshape(b, t, e)))
+        return x_BTE + self.drop(self.mlp(self.norm2(x_BTE)))
 
 
 class Judge(nn.Module):
-    """Transformer head on the layer-L_judge sequence, residual over a linear probe (module docstring)."""
+    """Transformer head over a whole document's tokens, residual over a linear probe (module docstring)."""
 
     SKIP_PREFIX = "skip."  # parameters trained at the Probe's learning rate
 
     def __init__(self, width: int, n_dims: int, dim: int = 512, layers: int = 2, heads: int = 8,
-                 dropout: float = 0.1) -> None:
+                 dropout: float = 0.1, pool: int = 1) -> None:
         super().__init__()
-        self.skip = nn.Linear(width, n_dims)
+        self.pool = pool
+        self.skip = nn.Linear(width + DOC_STATS, n_dims)
         self.proj = nn.Linear(width, dim)
         self.proj_probe = nn.Linear(width, dim, bias=False)
-        block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=dropout,
-                                           batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.proj_rep = nn.Linear(1, dim, bias=False)
+        self.position = nn.Embedding(END_BUCKET + 1, dim)
+        self.encoder = nn.ModuleList(EncoderBlock(dim, heads, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, n_dims)
+        self.queries = nn.Linear(dim, READOUT_QUERIES)
+        self.out = nn.Linear(dim * (1 + READOUT_QUERIES), n_dims)
         nn.init.zeros_(self.out.weight)  # start as the skip (a linear probe); the encoder learns a correction
         nn.init.zeros_(self.out.bias)
 
-    def forward(self, x_BTD: torch.Tensor, mask_BT: torch.Tensor, probe_BTD: torch.Tensor) -> torch.Tensor:
-        """x_BTD: layer-L_judge states; probe_BTD: layer-L_probe states of the same tokens; mask_BT: 1 = token."""
-        h_BTE = self.encoder(self.proj(x_BTD) + self.proj_probe(probe_BTD), src_key_padding_mask=~mask_BT.bool())
-        return self.skip(masked_mean(probe_BTD, mask_BT)) + self.out(self.norm(masked_mean(h_BTE, mask_BT)))
+    def forward(self, x_BTD: torch.Tensor, mask_BT: torch.Tensor, probe_BTD: torch.Tensor, bucket_BT: torch.Tensor,
+                rep_BT: torch.Tensor, stats_BF: torch.Tensor) -> torch.Tensor:
+        """x: layer-L_judge states; probe: layer-L_probe states of the same tokens; mask: 1 = token;
+        bucket: document-position bucket per token; rep: repeated-n-gram mark per token; stats:
+        `Windows.doc_stats` of each document."""
+        skip_in = torch.cat([masked_mean(probe_BTD, mask_BT), stats_BF.to(probe_BTD.dtype)], 1)
+        if self.pool > 1:
+            x_BTD, probe_BTD, bucket_BT, rep_BT, mask_BT = pool_tokens(self.pool, x_BTD, probe_BTD, bucket_BT, rep_BT,
+                                                                       mask_BT)
+        return self.forward_segments(x_BTD, mask_BT, probe_BTD, bucket_BT, rep_BT, skip_in)
+
+    def forward_segments(self, x_BSD, mask_BS, probe_BSD, bucket_BS, rep_BS, skip_in_BF) -> torch.Tensor:
+        """The Judge on already pooled segments; `skip_in` = [token mean of the layer-L_probe states, doc_stats]
+        (training precomputes both once: the backbone is frozen, so they never change)."""
+        rep_BS1 = rep_BS.to(x_BSD.dtype).unsqueeze(-1)
+        tokens_BSE = self.proj(x_BSD) + self.proj_probe(probe_BSD) + self.position(bucket_BS) + self.proj_rep(rep_BS1)
+        keep_BS = mask_BS.bool()
+        h_BSE = tokens_BSE
+        for block in self.encoder:
+            h_BSE = block(h_BSE, keep_BS[:, None, None, :])
+        h_BSE = self.norm(h_BSE)
+        scores_BSQ = self.queries(h_BSE).masked_fill(~keep_BS.unsqueeze(-1), float("-inf"))
+        pooled_BQE = torch.einsum("bsq,bse->bqe", scores_BSQ.softmax(1), h_BSE)
+        readout = torch.cat([masked_mean(h_BSE, keep_BS), pooled_BQE.flatten(1)], 1)
+        return self.skip(skip_in_BF) + self.out(readout)

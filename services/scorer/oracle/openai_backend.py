@@ -1,6 +1,6 @@
 """Oracle over any OpenAI-compatible chat endpoint (e.g. a running `vllm serve`).
 
-Bounded concurrency (an asyncio semaphore of `scorer.oracle.concurrency`), a per-request timeout,
+Bounded concurrency (an asyncio semaphore of `scorer.oracle.openai.concurrency`), a per-request timeout,
 and retries with exponential backoff on transport errors, timeouts, 429 and 5xx. The rubric's
 JSON schema is sent as `response_format={"type": "json_schema", ...}`, which vLLM's server turns
 into grammar-constrained decoding. `constraint="vllm_regex"` sends vLLM's own

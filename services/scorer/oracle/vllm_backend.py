@@ -40,8 +40,9 @@ class VLLMOracle(Oracle):
         self.constraint = constraint
 
     @classmethod
-    def from_config(cls, cfg) -> VLLMOracle:
-        return cls(cfg.model, cfg.vllm, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+    def from_config(cls, cfg: VLLMOracleConfig) -> VLLMOracle:
+        """Build from the `scorer.oracle.vllm` section: model and answer settings plus the engine shape."""
+        return cls(cfg.model, cfg, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                    constraint=cfg.constraint)
 
     def gpu_request(self) -> GpuRequest:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +10,7 @@ from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.cascade import CascadeScorer, build_heads
 from services.scorer.heads import HEADS_VERSION, Judge, Probe
 from services.scorer.sample_docs import python_docs
+from services.scorer.windows import WindowReader
 from tests.services.scorer.conftest import tiny_gpt_oss
 
 
@@ -63,17 +65,19 @@ def _random_heads(width: int) -> dict:
             "code": (Probe(width, 4).eval(), Judge(width, 4, 32, 1, 4).eval())}
 
 
+def _drop_below_median_margin(sc: CascadeScorer, texts, kinds) -> None:
+    """τ_keep 0 for every source and τ_drop at the median Probe margin of each rubric: half drop."""
+    probe_only = sc.score(texts, kinds, mode="probe")["probe_quality"]
+    sc.tau_keep = {"web": 0.0, "code": 0.0}
+    sc.tau_drop = {r: float(np.median([q for q, k in zip(probe_only, kinds, strict=True)
+                                       if (k == "code") == (r == "code")])) for r in ("general", "code")}
+
+
 def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(minilm):
     docs = python_docs(6, 6, seed=4)
     texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
-    sc = CascadeScorer(minilm, _random_heads(minilm.width), 4, 6, 32, micro_batch=5)
-    minilm.reset_counters()
-    probe_only = sc.score(texts, kinds, mode="probe")["probe_quality"]
-    # drop exactly the documents below the median Probe quality (per rubric)
-    import numpy as np
-
-    sc.tau_drop = {r: float(np.median([q for q, k in zip(probe_only, kinds, strict=True)
-                                       if (k == "code") == (r == "code")])) for r in ("general", "code")}
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 4, 6, WindowReader(minilm.tokenizer, 32, 32), micro_batch=5)
+    _drop_below_median_margin(sc, texts, kinds)
     minilm.reset_counters()
     res = sc.score(texts, kinds, mode="cascade")
     n_dropped = int(res["judge_skipped"].sum())
@@ -83,9 +87,29 @@ def test_probe_dropped_documents_never_enter_layers_at_or_after_probe_layer(mini
     assert not res["keep"][res["judge_skipped"]].any()
 
 
+def test_a_probe_reading_fewer_windows_leaves_the_rest_of_a_dropped_document_unread(minilm):
+    """With probe_windows=1 a dropped document costs one window's first layers; survivors read all
+    three windows and get the Judge score they get without the Probe."""
+    docs = python_docs(6, 6, seed=4, max_chars=900)
+    texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
+    reader = WindowReader(minilm.tokenizer, 32, 96, probe_windows=1)
+    windows = [len(reader.read([t], [k]).doc) for t, k in zip(texts, kinds, strict=True)]
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 4, reader, micro_batch=7)
+    judge_only = sc.score(texts, kinds, mode="judge")["judge_quality"]
+    _drop_below_median_margin(sc, texts, kinds)
+    minilm.reset_counters()
+    res = sc.score(texts, kinds, mode="cascade")
+    dropped = res["judge_skipped"]
+    kept_windows = sum(w for w, d in zip(windows, dropped, strict=True) if not d)
+    assert 0 < dropped.sum() < len(docs) and max(windows) == 3
+    assert minilm.layer_rows[:2] == [len(docs) - int(dropped.sum()) + kept_windows] * 2
+    assert minilm.layer_rows[2:4] == [kept_windows] * 2 and minilm.layer_rows[4:] == [0, 0]
+    np.testing.assert_allclose(res["judge_quality"][~dropped], judge_only[~dropped], rtol=1e-4, atol=1e-5)
+
+
 def test_cascade_never_runs_layers_after_judge_layer(minilm):
     docs = python_docs(3, 0, seed=6)
-    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 3, 32)
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 3, WindowReader(minilm.tokenizer, 32, 32))
     minilm.reset_counters()
     sc.score([d["text"] for d in docs], [d["kind"] for d in docs], mode="judge")
     assert minilm.layer_rows[3:] == [0, 0, 0] and minilm.layer_rows[:3] == [3, 3, 3]
@@ -93,7 +117,7 @@ def test_cascade_never_runs_layers_after_judge_layer(minilm):
 
 def test_heads_of_another_version_fail_with_a_retrain_hint():
     judge = Judge(16, 2, 8, 1, 2).state_dict()
-    old = {k: v for k, v in judge.items() if not k.startswith(("skip.", "proj_probe."))}  # the pre-#9 Judge
+    old = {k: v for k, v in judge.items() if not k.startswith(("skip.", "proj_probe."))}  # a Judge without the skip path
     rubric = {"dims": ["a", "b"], "probe": Probe(16, 2).state_dict(), "judge_cfg": {"dim": 8, "layers": 1, "heads": 2}}
     with pytest.raises(ValueError, match="version-1 heads.*rerun `moelab score train`"):
         build_heads({"rubrics": {"general": {**rubric, "judge": old}}}, 16)  # written before versions existed

@@ -1,4 +1,4 @@
-"""benchmarks/scorer.py runs in quick mode and ends with the JSON line the issue names."""
+"""The scorer benchmarks run in quick mode and end with the JSON line their reports are built from."""
 
 from __future__ import annotations
 
@@ -10,5 +10,14 @@ from tests.benchmark_run import run_benchmark
 @pytest.mark.slow
 def test_scorer_benchmark_quick_prints_flops_saved_and_keeper_loss():
     last = run_benchmark("scorer.py", "--quick", timeout=1500)
-    assert 0.0 <= last["flops_saved"] < 1.0 and 0.0 <= last["keeper_loss"] <= 1.0
+    assert 0.0 <= last["flops_saved"] < 1.0 and 0.0 <= last["keeper_loss"] <= last["keeper_loss_p90"] <= 1.0
     assert last["ratio"] > 0 and last["actors_1_docs_per_s"] > 0 and last["actors_2_docs_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_scorer_pairs_benchmark_quick_reports_accuracy_per_kind_for_every_head():
+    last = run_benchmark("scorer_pairs.py", "--quick", timeout=1500)
+    kinds = {"order", "spelling", "spam", "truncation", "repetition", "obfuscation", "layout"}
+    for mode in ("probe", "judge", "cascade", "oracle"):
+        assert set(last["accuracy"][mode]) == kinds and all(0 <= v <= 1 for v in last["accuracy"][mode].values())
+    assert 0 < last["read_fraction_mean"] <= 1

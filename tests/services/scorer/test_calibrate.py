@@ -64,6 +64,18 @@ def test_keeper_loss_quantile_matches_the_spread_over_calibration_samples():
     assert np.quantile(losses, 0.9) == pytest.approx(p90, rel=0.1)
 
 
+def test_confident_tau_drop_keeps_the_promise_in_nine_calibration_samples_of_ten():
+    """At confidence 0.9 the keeper loss of one calibration sample exceeds 1% in at most ~10% of samples;
+    the in-expectation rule exceeds it about half the time."""
+    assert cal.conformal_rank(229, 0.01, 0.9) == 0 and cal.conformal_rank(230, 0.01, 0.9) == 1
+    assert cal.expected_keeper_loss(230, 0.01, 0.9, confidence=0.9) <= 0.01
+    rng = np.random.default_rng(5)
+    fresh = rng.normal(size=200_000)
+    over = {conf: np.mean([np.mean(fresh < cal.tau_drop_for_loss(rng.normal(size=600), 0.01, conf)) > 0.01
+                           for _ in range(600)]) for conf in (0.0, 0.9)}
+    assert over[0.9] <= 0.13 and over[0.0] >= 0.3
+
+
 def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
     rng = np.random.default_rng(3)
     n = 3000
@@ -80,12 +92,21 @@ def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
     assert th.tau_keep["forum"] > th.tau_keep["wiki"]
     assert th.keep_threshold("new-web-source", "web") == th.tau_keep["kind:web"]
     assert th.keep_threshold("new", "math") == np.inf  # no kind seen: keep nothing rather than guess
-    keep = judge >= np.array([th.tau_keep[s] for s in sources])
+    bar = np.array([th.tau_keep[s] for s in sources])
+    keep = judge >= bar
+    assert set(th.tau_drop) == {cal.POOLED} and sum(th.keepers_per_rubric.values()) == keep.sum()
+    dropped = cal.drop_mask(th, probe, sources, kinds, rubrics)
+    assert np.mean(dropped[keep]) <= 0.01 and np.mean(dropped) > 0.4  # one margin for all: the cascade saves work
+    for src in ("wiki", "forum"):  # the margin drops a strong source's rejects that score above the weak one's keepers
+        m = sources == src
+        assert np.mean(dropped[m & ~keep]) > 0.5
+    per_rubric = cal.fit_thresholds(judge, probe, sources, kinds, rubrics, rates.__getitem__, 0.01, scope="rubric")
     for rubric in ("general", "code"):
         m = (rubrics == rubric) & keep
-        assert th.keepers_per_rubric[rubric] == m.sum() > 300
-        assert np.mean(probe[m] < th.tau_drop[rubric]) <= 0.01
-        assert np.mean(probe[rubrics == rubric] < th.tau_drop[rubric]) > 0.3  # and the cascade saves work
+        assert per_rubric.keepers_per_rubric[rubric] == m.sum() > 300
+        assert np.mean((probe - bar)[m] < per_rubric.tau_drop[rubric]) <= 0.01
+    score_only = np.mean(probe[(sources == "forum") & ~keep] < th.tau_keep["wiki"] + th.tau_drop[cal.POOLED])
+    assert score_only < 0.2  # what one score threshold under the weak source's keepers would drop of forum's rejects
     assert sum(th.docs_per_source.values()) == n
     with pytest.raises(ValueError, match="zero documents"):
         cal.fit_thresholds(np.array([]), np.array([]), [], [], [], rates.__getitem__, 0.01)
@@ -109,3 +130,22 @@ def test_config_defaults_scale_probe_and_judge_layers():
 def test_config_rejects_pool_min_above_max_naming_both_fields():
     with pytest.raises(Exception, match="actors_min.*actors_max"):
         load_config(None, ["scorer.scoring.actors_min=3", "scorer.scoring.actors_max=2"])
+
+
+def test_calibration_sends_one_reliability_diagram_per_rubric_and_head():
+    from services.scorer.calibrate_stage import HeldOut, log_reliability, pair_accuracy
+
+    rng = np.random.default_rng(0)
+    y = rng.uniform(size=(6, 2))
+    h = HeldOut(y, y + 0.01, y - 0.01, y, ["t"] * 6, np.array(["s"] * 6), np.array(["web"] * 6),
+                np.array(["a", "a", "b", "b", "c", "c"]), np.array(["", "spam", "", "spam", "", "order"]))
+    calls = []
+
+    class Run:
+        def log_calibration(self, predicted, observed, name, bins):
+            calls.append((name, len(predicted), len(observed)))
+
+    log_reliability(Run(), {"general": h})
+    assert calls == [("general/judge", 3, 3), ("general/probe", 3, 3)]  # clean documents only
+    acc = pair_accuracy(np.array([0.9, 0.1, 0.2, 0.5, 0.7, 0.7]), h)
+    assert acc == {"order": 0.0, "spam": 0.5}  # a tie counts as an error

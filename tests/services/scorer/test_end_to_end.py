@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,6 +43,8 @@ def test_label_train_calibrate_score_and_judge_beats_probe_beats_length_baseline
             f"scorer:\n  out_dir: {tmp_path / 'out'}\n  inputs: {inputs}\n"
             "  oracle: {sample_size: 600}\n"
             "  heads: {max_tokens: 128, judge_dim: 64, judge_heads: 4, max_epochs: 40, patience: 6}\n"
+            "  calibration: {keeper_loss_confidence: 0}\n"  # ~110 keepers: the in-expectation rule
+
         )
     runner = CliRunner()
     for stage, path in (("label", recipe), ("train", recipe), ("calibrate", recipe_calibrate), ("run", recipe)):
@@ -58,7 +61,9 @@ def test_label_train_calibrate_score_and_judge_beats_probe_beats_length_baseline
         rate = report["keep_rate"][src]
         assert abs(rate["realised_calibration"] - target) <= 0.02
         assert abs(rate["realised"] - target) <= 0.15  # 60 held-out documents the thresholds never saw
-    assert all(r["tau_drop"] > 0 for r in report["rubrics"].values())  # enough keepers: the cascade skips work
+    # enough keepers for a finite τ_drop (a margin below τ_keep, so usually negative): the cascade skips work
+    assert all(math.isfinite(r["tau_drop"]) for r in report["rubrics"].values())
+    assert report["compute"]["judge_passes_skipped"] > 0
     # ~50 held-out keepers can only catch a gross failure of the ≤ 1% promise (the old in-sample
     # τ_drop lost ~9% of new keepers); the promise itself is tested in test_calibrate.py
     assert report["compute"]["keeper_loss"] <= 0.10 and report["compute"]["flops_saved"] > 0

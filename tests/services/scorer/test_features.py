@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from services.scorer.features import cached_extract, extract, length_buckets, pad_seqs
+from services.scorer.features import cached_extract, extract, pad_seqs
 from services.scorer.heads import Judge, masked_mean
 from services.scorer.train import split_indices, train_head
+from services.scorer.windows import DOC_STATS, WindowReader, document_batches
 
 
 def test_feature_cache_computes_once_and_recomputes_when_meta_changes(tmp_path):
@@ -25,21 +26,31 @@ def test_feature_cache_computes_once_and_recomputes_when_meta_changes(tmp_path):
     assert len(calls) == 2
 
 
-def test_length_buckets_group_similar_lengths_and_cover_every_index():
+def test_document_batches_group_similar_lengths_and_cover_every_index():
     texts = ["a" * n for n in (50, 1, 30, 2, 40, 3)]
-    buckets = length_buckets(texts, 2)
-    assert sorted(i for b in buckets for i in b) == list(range(6))
-    assert buckets[0] == [1, 3] and buckets[-1] == [4, 0]
+    batches = document_batches(texts, 4, 2)  # 4 windows per call, 2 per document: 2 documents each
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert batches[0] == [1, 3] and batches[-1] == [4, 0]
 
 
-def test_extract_matches_batch_of_one(minilm):
-    texts = ["A short sentence.", "A somewhat longer sentence that needs more tokens than the first."]
-    feats = extract(minilm, texts, 2, 3, 32, micro_batch=2)
-    single = extract(minilm, texts[:1], 2, 3, 32, micro_batch=1)
+def test_extract_matches_batch_of_one_and_reads_every_window(minilm):
+    long = " ".join(f"Sentence {i} about a long topic." for i in range(40))
+    texts = ["A short sentence.", "A somewhat longer sentence that needs more tokens than the first.", long]
+    reader = WindowReader(minilm.tokenizer, 32, 128)
+    feats = extract(minilm, reader, texts, ["web"] * 3, 2, 3, micro_batch=8)
+    single = extract(minilm, reader, texts[:1], ["web"], 2, 3, micro_batch=1)
     torch.testing.assert_close(feats["pooled"][0], single["pooled"][0], rtol=1e-4, atol=1e-4)
     assert feats["seqs"][0].shape[0] < feats["seqs"][1].shape[0]  # padding is not stored
+    assert feats["seqs"][2].shape[0] == 4 * 32 and feats["coverage"][2] < 1.0  # 4 windows of the 128 budget
+    assert feats["coverage"][0] == 1.0
     for seq, probe_seq in zip(feats["seqs"], feats["probe_seqs"], strict=True):  # the Judge reads both layers
         assert seq.shape == probe_seq.shape and not torch.equal(seq, probe_seq)
+    assert feats["doc_stats"].shape == (3, DOC_STATS) and [len(r) for r in feats["repeated"]] == [
+        len(s) for s in feats["seqs"]]
+    first = extract(minilm, WindowReader(minilm.tokenizer, 32, 128, probe_windows=1), texts, ["web"] * 3, 2, 3)
+    torch.testing.assert_close(first["pooled"][2], first["probe_seqs"][2][:32].float().mean(0), rtol=2e-3, atol=2e-3)
+    assert not torch.allclose(first["pooled"][2], feats["pooled"][2])  # the Probe read its first window only
+    torch.testing.assert_close(first["pooled"][:2], feats["pooled"][:2])  # one-window documents: the same
 
 
 def test_judge_starts_as_a_linear_probe_on_the_probe_layer():
@@ -48,30 +59,100 @@ def test_judge_starts_as_a_linear_probe_on_the_probe_layer():
     judge = Judge(8, 3, dim=16, layers=2, heads=2).eval()
     x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
     xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
-    torch.testing.assert_close(judge(x, m, xp), judge.skip(masked_mean(xp, m)))
+    b, rep, stats = torch.zeros(m.shape, dtype=torch.long), torch.zeros(m.shape), torch.ones(2, DOC_STATS)
+    torch.testing.assert_close(judge(x, m, xp, b, rep, stats), judge.skip(torch.cat([masked_mean(xp, m), stats], 1)))
 
 
 def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
     torch.manual_seed(0)
-    judge = Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0).eval()
-    torch.nn.init.normal_(judge.out.weight)  # zero at init (the Judge starts as its skip): wake the encoder path
-    x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
-    xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
-    x2, xp2 = x.clone(), xp.clone()
-    x2[0, 3:] = 99.0  # garbage in the padding of either layer must not change the output
-    xp2[0, 3:] = -99.0
-    torch.testing.assert_close(judge(x, m, xp), judge(x2, m, xp2))
-    assert not torch.allclose(judge(x, m, xp), judge(x + 1.0, m, xp))  # the layer-L_judge sequence matters
+    for pool in (1, 2):
+        judge = Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0, pool=pool).eval()
+        torch.nn.init.normal_(judge.out.weight)  # zero at init (the Judge starts as its skip): wake the encoder
+        x, m = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
+        xp, _ = pad_seqs([torch.randn(3, 8), torch.randn(5, 8)])
+        b, rep, st = torch.zeros(m.shape, dtype=torch.long), torch.zeros(m.shape), torch.ones(2, DOC_STATS)
+        x2, xp2, rep2 = x.clone(), xp.clone(), rep.clone()
+        x2[0, 3:] = 99.0  # garbage in the padding of either layer must not change the output
+        xp2[0, 3:] = -99.0
+        rep2[0, 3:] = 1.0
+        torch.testing.assert_close(judge(x, m, xp, b, rep, st), judge(x2, m, xp2, b, rep2, st))
+        assert not torch.allclose(judge(x, m, xp, b, rep, st), judge(x + 1.0, m, xp, b, rep, st))  # layer L_judge matters
+        b_end = b.clone()
+        b_end[:, 2] = 8
+        assert not torch.allclose(judge(x, m, xp, b, rep, st), judge(x, m, xp, b_end, rep, st))  # positions matter
+        rep_mid = rep.clone()
+        rep_mid[:, 1:3] = 1.0
+        assert not torch.allclose(judge(x, m, xp, b, rep, st), judge(x, m, xp, b, rep_mid, st))  # repeats matter
 
     rng = np.random.default_rng(0)
     pooled = torch.as_tensor(rng.normal(size=(60, 8)), dtype=torch.float32)
-    y = (pooled[:, :2].numpy() * 0.1 + 0.5).astype(np.float32)
+    y = (pooled[:, :2].numpy() * 0.1 + 0.5 + rng.normal(scale=0.05, size=(60, 2))).astype(np.float32)
     split = split_indices(60, 0.2, 0.2, 0)
+    grouped = split_indices(60, 0.2, 0.2, 0, groups=[f"g{i // 3}" for i in range(60)])  # a source + 2 copies
+    for name in ("train", "val", "test"):
+        assert {i // 3 for i in grouped[name]}.isdisjoint({i // 3 for k, v in grouped.items() if k != name for i in v})
 
     class H:
         seed, lr, judge_lr, weight_decay, batch_size, max_epochs, patience = 0, 1e-2, 1e-3, 0.0, 16, 200, 3
         judge_dim, judge_layers, judge_heads = 16, 1, 2
 
-    res = train_head("probe", {"pooled": pooled}, y, split["train"], split["val"], H, 8)
+    res = train_head("probe", {"pooled": pooled, "doc_stats": torch.ones(60, DOC_STATS)}, y, split["train"], split["val"],
+                     H, 8)
     assert res.epochs_run < 200 and res.epochs_run - res.best_epoch == 3
     assert res.best_val_loss == min(h["val_loss"] for h in res.history)
+
+
+def test_training_inputs_pooled_once_give_the_judge_what_scoring_gives_it():
+    """Training feeds the Judge segments pooled once per document; scoring pools each batch: same output."""
+    from services.scorer.train import _forward
+
+    torch.manual_seed(0)
+    judge = Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0, pool=4).eval()
+    torch.nn.init.normal_(judge.out.weight)
+    seqs = [torch.randn(7, 8), torch.randn(13, 8)]
+    probe_seqs = [torch.randn(7, 8), torch.randn(13, 8)]
+    buckets = [torch.tensor([0] * 6 + [8], dtype=torch.uint8), torch.tensor([1] * 12 + [8], dtype=torch.uint8)]
+    repeated = [torch.tensor([0] * 5 + [1, 1], dtype=torch.uint8), torch.tensor([0] * 13, dtype=torch.uint8)]
+    stats = torch.tensor([[0.5, 2 / 7], [0.7, 0.0]])
+    feats = {"seqs": [s.half() for s in seqs], "probe_seqs": [s.half() for s in probe_seqs], "buckets": buckets,
+             "repeated": repeated, "pooled": torch.zeros(2, 8),  # the Probe's input: not what the Judge reads
+             "doc_stats": stats}
+    x, m = pad_seqs([s.half() for s in seqs])
+    xp, _ = pad_seqs([s.half() for s in probe_seqs])
+    b, _ = pad_seqs(buckets)
+    rep, _ = pad_seqs([r.float() for r in repeated])
+    with torch.no_grad():
+        torch.testing.assert_close(_forward(judge, "judge", feats, np.array([0, 1])), judge(x, m, xp, b, rep, stats),
+                                   rtol=2e-3, atol=2e-3)
+
+
+def test_pair_hinge_teaches_the_probe_a_difference_the_tied_labels_do_not():
+    """Source and copy share their (rounded) label; only the pair term says which is better."""
+    from services.scorer.train import predict, source_pairs
+
+    rng = np.random.default_rng(1)
+    n = 120
+    base = rng.normal(size=(n, 8))
+    defect = np.zeros(8)
+    defect[3] = 1.0
+    pooled = torch.as_tensor(np.concatenate([base, base + defect]), dtype=torch.float32)
+    y = np.repeat(rng.uniform(0.3, 0.7, size=(n, 1)), 2, axis=1).astype(np.float32)
+    y = np.concatenate([y, y])
+    groups = [f"d{i}" for i in range(n)] * 2
+    degradation = [""] * n + ["spam"] * n
+    feats = {"pooled": pooled, "doc_stats": torch.ones(2 * n, DOC_STATS)}
+    train = np.array([i for i in range(2 * n) if i % n < 90])
+    test = np.array([i for i in range(2 * n) if i % n >= 90])
+    pairs = (source_pairs(groups, degradation, train), source_pairs(groups, degradation, test))
+    assert len(pairs[0]) == 90 and all(groups[a] == groups[b] for a, b in pairs[0])
+
+    def accuracy(weight: float) -> float:
+        class H:
+            seed, lr, judge_lr, weight_decay, batch_size, max_epochs, patience = 0, 1e-2, 1e-3, 0.0, 16, 60, 60
+            pair_weight, pair_margin = weight, 0.05
+
+        head = train_head("probe", feats, y, train, test, H, 8, pairs=pairs).head
+        q = predict(head, "probe", feats, pairs[1].reshape(-1)).mean(1).reshape(-1, 2)
+        return float(np.mean(q[:, 0] > q[:, 1]))
+
+    assert accuracy(1.0) >= 0.95 > accuracy(0.0) + 0.2

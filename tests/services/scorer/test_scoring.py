@@ -25,9 +25,10 @@ def _random_heads(out_dir, width=384):
                          "judge": Judge(width, n, 32, 1, 4).state_dict(),
                          "judge_cfg": {"dim": 32, "layers": 1, "heads": 4}}
     meta = {"heads_version": HEADS_VERSION, "backbone": "minilm", "probe_layer": 2, "judge_layer": 3,
-            "max_tokens": 32, "width": width}
+            "max_tokens": 64, "window_tokens": 32, "window_policy": "spread", "layout_marks": "code", "probe_windows": 0,
+            "width": width}
     torch.save({"meta": meta, "rubrics": rubrics}, out_dir / HEADS_FILE)
-    write_json_atomic({"tau_drop": {"general": 0.5, "code": 0.5},
+    write_json_atomic({"tau_drop": {"general": 0.0, "code": 0.0},  # margins: drop under τ_keep
                        "tau_keep": {"pydoc": 0.5, "stdlib": 0.5}}, out_dir / "calibration.json")
 
 

@@ -1,0 +1,140 @@
+"""Pairwise benchmark: does the scorer rank each clean document above its degraded copies?
+
+Clean documents come from the committed demo corpus (data/demo/: text that Debian, npm and PyPI
+packages ship; records with a planted problem skipped): English prose (Wikipedia sample),
+German/French/Spanish prose (Debian handbook), Python and Go source. Prose is taken only when it
+ends a sentence, so `truncation` is the only cut document of a pair. None of them is in the
+stand-in oracle's reference share, the labelled sample or the calibration sample.
+
+The scorer is built as `cluster.pipeline` builds it, with the recipe's scorer settings (default
+configs/demo.yaml): label → distill → calibrate on the rest of the demo corpus. Then each clean
+document and each of its degraded copies (services/scorer/degrade.py: order, spelling, spam,
+truncation, repetition for prose; obfuscation, layout for code) are scored by the Probe alone, the
+Judge alone and the calibrated cascade (a document the cascade drops ranks below every survivor).
+Accuracy = fraction of pairs ordered right; ties count as errors. The oracle's own accuracy is
+printed too (it is what the heads learn). Last line: one JSON object.
+
+    .venv/bin/python benchmarks/scorer_pairs.py [--config configs/demo.yaml] [--per-group 40] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+GROUPS = {"prose-en": ("wiki", {"en"}), "prose-de-fr-es": ("handbook", {"de", "fr", "es"}),
+          "code-python": ("python", {"python"}), "code-go": ("go", {"go"})}
+
+
+def choose_pairs_docs(per_group: int, every: int, seed: int) -> dict[str, list[dict]]:
+    from services.scorer.oracle.reference import in_reference
+    from services.scorer.oracle.text_units import TERMINAL
+    from services.scorer.sample_docs import DEMO_KINDS, demo_records
+
+    rng = random.Random(seed)
+    chosen = {}
+    for group, (source, langs) in GROUPS.items():
+        ok = [r for r in demo_records(source) if (r.get("meta") or {}).get("lang") in langs
+              and not in_reference(r["id"], every) and len(r["text"]) >= 800
+              and (DEMO_KINDS[source] == "code" or r["text"].rstrip().endswith(TERMINAL))]
+        chosen[group] = rng.sample(ok, min(per_group, len(ok)))
+    return chosen
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
+    ap.add_argument("--per-group", type=int, default=40, help="clean documents per language group")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 300 labels, 2 epochs, 6 documents per group")
+    ap.add_argument("--out-dir", default="", help="scorer directory to work in; labels and heads already there "
+                    "(from an earlier run with the same config) are reused instead of rebuilt")
+    ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer_pairs.json unless --quick)")
+    ap.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. scorer.probe_layer=3")
+    args = ap.parse_args()
+
+    import numpy as np
+
+    from services.scorer import pipeline
+    from services.scorer.cascade import CascadeScorer
+    from services.scorer.degrade import degrade, kinds_for
+    from services.scorer.oracle import make_oracle
+    from services.scorer.sample_docs import demo_pool
+    from services.scorer.stage_support import benchmark_recipe, write_result
+
+    cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
+    cfg.scorer.out_dir = args.out_dir or tempfile.mkdtemp(prefix="bench-pairs-")
+    per_group = 6 if args.quick else args.per_group
+    held = choose_pairs_docs(per_group, cfg.scorer.oracle.heuristic.reference_every, seed=5)
+    held_ids = {r["id"] for docs in held.values() for r in docs}
+    pool = demo_pool(held_ids)
+    t0 = time.perf_counter()
+    out = Path(cfg.scorer.out_dir)
+    if not (out / "labels.parquet").exists():
+        pipeline.label_stage(cfg, docs=pool)
+    train = pipeline.train_stage(cfg) if not (out / "heads.pt").exists() else {"probe_layer": cfg.scorer.probe_layer,
+                                                                              "judge_layer": cfg.scorer.judge_layer}
+    calib = pipeline.calibrate_stage(cfg, docs=pool)
+    build_s = time.perf_counter() - t0
+    scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
+    oracle = make_oracle(cfg.scorer.oracle)
+
+    acc: dict[str, dict[str, list[bool]]] = {m: {} for m in ("probe", "judge", "cascade", "oracle")}
+    by_group: dict[str, dict[str, list[bool]]] = {}
+    read = []
+    for group, docs in held.items():
+        kind = "code" if group.startswith("code") else "web"
+        texts, meta = [], []
+        for r in docs:
+            texts.append(r["text"])
+            meta.append((r["id"], ""))
+            for k in kinds_for(kind):
+                texts.append(degrade(r["text"], k, random.Random(f"pairs:{r['id']}:{k}")))
+                meta.append((r["id"], k))
+        kinds = [kind] * len(texts)
+        res = {m: scorer.score(texts, kinds, mode=m) for m in ("probe", "judge", "cascade")}
+        read += res["judge"]["read_fraction"].tolist()
+        rank = {"probe": res["probe"]["probe_quality"], "judge": res["judge"]["judge_quality"],
+                # the cascade orders survivors by the Judge and puts what it dropped below them
+                "cascade": np.where(res["cascade"]["judge_skipped"], -1 + res["cascade"]["quality"],
+                                    res["cascade"]["quality"]),
+                "oracle": np.array([sum(oracle.scores(t, kind).values()) for t in texts], dtype=float)}
+        clean_at = {doc_id: i for i, (doc_id, k) in enumerate(meta) if not k}
+        for i, (doc_id, k) in enumerate(meta):
+            if not k:
+                continue
+            for m, q in rank.items():
+                hit = bool(q[clean_at[doc_id]] > q[i])
+                acc[m].setdefault(k, []).append(hit)
+                if m == "cascade":
+                    by_group.setdefault(group, {}).setdefault(k, []).append(hit)
+    summary = {m: {k: float(np.mean(v)) for k, v in kinds.items()} for m, kinds in acc.items()}
+    for m in ("probe", "judge", "cascade", "oracle"):
+        print(f"{m:8s} " + "  ".join(f"{k} {v:.2f}" for k, v in summary[m].items()), flush=True)
+    heads_min = min(min(summary["judge"].values()), min(summary["cascade"].values()))
+    result = {
+        "accuracy": summary, "min_judge_cascade": heads_min,
+        "cascade_by_group": {g: {k: float(np.mean(v)) for k, v in ks.items()} for g, ks in by_group.items()},
+        "pairs_per_kind": {k: len(v) for k, v in acc["judge"].items()},
+        "read_fraction_mean": float(np.mean(read)),
+        "held_out_spearman": {n: r["spearman_quality"] for n, r in calib["rubrics"].items()},
+        "flops_saved_calibrate": calib["compute"]["flops_saved"],
+        "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
+        "config": args.config, "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
+    }
+    write_result(result, args.out, "scorer_pairs", args.quick)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Degraded copies of a document: the defects a quality scorer must notice anywhere in a document.
+
+Used twice: the label stage can add degraded copies to the oracle's sample
+(`scorer.oracle.augment_fraction`), so the heads learn from documents that differ from a clean
+one by exactly one defect, and `benchmarks/scorer_pairs.py` asks whether the scorer ranks each
+clean document above its degraded copies. Every function is deterministic given its `rng`.
+
+| kind | for | what it does |
+|---|---|---|
+| `order` | prose | shuffles the sentences, keeping the number of sentences per paragraph |
+| `spelling` | prose | a typo (swap, drop, double or replace a letter) in 10% of words of 3+ letters |
+| `spam` | prose | inserts 3 lines of marketing spam between paragraphs or sentences |
+| `truncation` | prose | cuts the last 30% of characters off, mid-sentence |
+| `repetition` | prose | repeats a paragraph (or a run of sentences) twice more after itself |
+| `obfuscation` | code | strips comments and docstrings and renames identifiers to `v1`, `v2`, ... |
+| `layout` | code | joins all lines into one, dropping newlines and indentation |
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+
+from services.scorer.oracle.code_signals import KEYWORDS, code_language
+from services.scorer.oracle.text_units import paragraphs
+
+_SENT_SPLIT = re.compile(r"(?<=[.!?。！？])\s+")
+SPAM_LINES = (
+    "CLICK HERE to claim your FREE prize now!!! Limited offer, visit www.best-deals-4u.example",
+    "Buy now and save 90% - cheap watches, casino bonus, free shipping!!! http://spam.example/offer",
+    "WINNER! You have been selected. Subscribe today: http://click.example/win?id=777",
+    "Best price guaranteed!!! Order now at www.cheap-pills.example - 100% free trial",
+)
+
+
+def _sentences_by_paragraph(text: str) -> list[list[str]]:
+    return [[s for s in _SENT_SPLIT.split(p.replace("\n", " ")) if s.strip()] for p in paragraphs(text)]
+
+
+def shuffle_sentences(text: str, rng: random.Random) -> str:
+    paras = _sentences_by_paragraph(text)
+    flat = [s for p in paras for s in p]
+    original = list(flat)
+    for _ in range(10):
+        rng.shuffle(flat)
+        if flat != original:
+            break
+    out, i = [], 0
+    for p in paras:
+        out.append(" ".join(flat[i : i + len(p)]))
+        i += len(p)
+    return "\n\n".join(out)
+
+
+def _typo(word: str, rng: random.Random) -> str:
+    i = rng.randrange(len(word) - 1)
+    op = rng.randrange(4)
+    if op == 0:
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+    if op == 1:
+        return word[:i] + word[i + 1 :]
+    if op == 2:
+        return word[: i + 1] + word[i] + word[i + 1 :]
+    return word[:i] + rng.choice("etaoinshrdlu") + word[i + 1 :]
+
+
+def misspell(text: str, rng: random.Random, rate: float = 0.1) -> str:
+    return re.sub(r"[^\W\d_]{3,}", lambda m: _typo(m.group(0), rng) if rng.random() < rate else m.group(0), text)
+
+
+def insert_spam(text: str, rng: random.Random, lines: int = 3) -> str:
+    paras = paragraphs(text)
+    units = paras if len(paras) >= 2 else [s for p in _sentences_by_paragraph(text) for s in p]
+    sep = "\n\n" if len(paras) >= 2 else " "
+    for line in rng.sample(SPAM_LINES, min(lines, len(SPAM_LINES))):
+        units.insert(rng.randrange(len(units) + 1), line)
+    return sep.join(units)
+
+
+def truncate(text: str, rng: random.Random, fraction: float = 0.3) -> str:
+    cut = int(len(text) * (1 - fraction))
+    while cut > 1 and not text[cut - 1].isalnum():  # end mid-word, not on a sentence boundary
+        cut -= 1
+    return text[:cut]
+
+
+def repeat_paragraph(text: str, rng: random.Random, times: int = 2) -> str:
+    paras = paragraphs(text)
+    long = [i for i, p in enumerate(paras) if len(p.split()) >= 15]
+    if len(paras) >= 2 and long:
+        i = rng.choice(long)
+        return "\n\n".join(paras[: i + 1] + [paras[i]] * times + paras[i + 1 :])
+    sents = [s for p in _sentences_by_paragraph(text) for s in p]
+    i = rng.randrange(max(1, len(sents) - 2))
+    run = sents[i : i + 3]
+    return " ".join(sents[: i + len(run)] + run * times + sents[i + len(run) :])
+
+
+def obfuscate(text: str, rng: random.Random) -> str:
+    lang = code_language(text)
+    if lang == "python":
+        text = re.sub(r'("""|\'\'\')[\s\S]*?\1', '""', text)
+        text = re.sub(r"(?m)^\s*#.*\n?", "", text)
+        text = re.sub(r"\s+#[^\n'\"]*$", "", text, flags=re.M)
+    else:
+        text = re.sub(r"/\*[\s\S]*?\*/", "", text)
+        text = re.sub(r"(?m)^\s*//.*\n?", "", text)
+        text = re.sub(r"\s+//[^\n\"]*$", "", text, flags=re.M)
+    names: dict[str, str] = {}
+
+    def rename(m: re.Match) -> str:
+        w = m.group(0)
+        if w in KEYWORDS[lang] or len(w) < 2:
+            return w
+        return names.setdefault(w, f"v{len(names) + 1}")
+
+    return re.sub(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*", rename, text)
+
+
+def collapse_layout(text: str, rng: random.Random) -> str:
+    return " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+
+
+DEGRADATIONS: dict[str, tuple[str, Callable[[str, random.Random], str]]] = {
+    "order": ("prose", shuffle_sentences),
+    "spelling": ("prose", misspell),
+    "spam": ("prose", insert_spam),
+    "truncation": ("prose", truncate),
+    "repetition": ("prose", repeat_paragraph),
+    "obfuscation": ("code", obfuscate),
+    "layout": ("code", collapse_layout),
+}
+
+
+def kinds_for(doc_kind: str) -> list[str]:
+    """Degradation kinds that apply to a source kind (code → code kinds; everything else → prose)."""
+    family = "code" if doc_kind == "code" else "prose"
+    return [k for k, (fam, _) in DEGRADATIONS.items() if fam == family]
+
+
+def degrade(text: str, kind: str, rng: random.Random) -> str:
+    return DEGRADATIONS[kind][1](text, rng)
