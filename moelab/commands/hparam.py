@@ -78,6 +78,7 @@ def register(app: typer.Typer) -> None:
         seeds: int = typer.Option(3, "--seeds", min=1, help="Runs (init and data) averaged per point."),
         micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per step (muP's limit: few tokens vs width)."),
         seq_len: int = typer.Option(8, "--seq-len", min=8, help="Tokens per sequence."),
+        lr: float = typer.Option(3e-3, "--lr", min=1e-8, help="Constant LR of the check (small: one update's scaling, not the recipe's)."),
         out: Path = typer.Option(Path("runs/hparam/coord_check"), "--out", help="Folder for the PNG, tables and records."),
         corpus: bool = CORPUS_OPT,
     ) -> None:
@@ -89,7 +90,7 @@ def register(app: typer.Typer) -> None:
         picked = [o.strip() for o in optimizers.split(",") if o.strip()]
         try:
             records = coord_check(cfg, _numbers(widths, "--widths", int), steps, _modes(modes), picked, seeds,
-                                  micro_batch, seq_len)
+                                  micro_batch, seq_len, lr)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         summary, table = summary_table(records), coord_table(records)

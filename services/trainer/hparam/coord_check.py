@@ -61,13 +61,20 @@ class CoordRecord:
     shape_class: str = ""  # for dWx rows: hidden | input | output | finite (shared.model.mup)
 
 
+# The check asks how one update scales with width, so it runs in the small-step regime where the
+# second step has not yet felt the first; a recipe's tuned LR is no part of that question (at the tiny
+# recipe's 3e-2 two steps already move every ΔW·x slope by about -0.2).
+CHECK_LR = 3e-3
+
+
 def _rms(t: torch.Tensor) -> float:
     return float(t.detach().float().pow(2).mean().sqrt())
 
 
-def _check_config(cfg: ExperimentConfig, optimizer: str, seed: int, micro_batch: int, seq_len: int) -> ExperimentConfig:
+def _check_config(cfg: ExperimentConfig, optimizer: str, seed: int, micro_batch: int, seq_len: int,
+                  lr: float = CHECK_LR) -> ExperimentConfig:
     data = cfg.model_dump(mode="json")
-    data["optim"].update(schedule="constant", warmup_steps=0, name=optimizer)
+    data["optim"].update(schedule="constant", warmup_steps=0, name=optimizer, lr=lr)
     data["train"].update(seed=seed, micro_batch_size=micro_batch, seq_len=seq_len, grad_accum=1)
     return validate(data, source="coordinate-check config")
 
@@ -155,9 +162,10 @@ def _expert_effects(mod_name: str, experts: RoutedExperts, start: dict[str, torc
 
 
 def run_width(cfg: ExperimentConfig, width: int, mup: bool, steps: int, device: torch.device,
-              optimizer: str = "muon_adamw", seed: int = 0, micro_batch: int = 1, seq_len: int = 8) -> list[CoordRecord]:
-    """Train `cfg` at `width` (muP on/off, `optimizer`) for `steps` steps; coordinate sizes after each."""
-    wcfg = _check_config(proxy_config(cfg, width=width, mup=mup), optimizer, seed, micro_batch, seq_len)
+              optimizer: str = "muon_adamw", seed: int = 0, micro_batch: int = 1, seq_len: int = 8,
+              lr: float = CHECK_LR) -> list[CoordRecord]:
+    """Train `cfg` at `width` (muP on/off, `optimizer`) for `steps` steps at constant `lr`; coordinate sizes after each."""
+    wcfg = _check_config(proxy_config(cfg, width=width, mup=mup), optimizer, seed, micro_batch, seq_len, lr)
     # matrix classes from the muP view of this width, also for SP runs (same names and shapes)
     with torch.device("meta"):
         classes = {n: s.shape_class for n, s in MoETransformer(proxy_config(cfg, width=width, mup=True).model)
@@ -202,9 +210,10 @@ def run_width(cfg: ExperimentConfig, width: int, mup: bool, steps: int, device: 
 def coord_check(
     cfg: ExperimentConfig, widths: Sequence[int], steps: int = 5, modes: Sequence[bool] = (True, False),
     optimizers: Sequence[str] = OPTIMIZERS, seeds: int = 3, micro_batch: int = 1, seq_len: int = 8,
+    lr: float = CHECK_LR,
 ) -> list[CoordRecord]:
-    """Coordinate sizes for every (optimizer, muP on/off, width) over the first `steps` steps,
-    each the mean over `seeds` runs of `micro_batch` sequences of `seq_len` tokens per step."""
+    """Coordinate sizes for every (optimizer, muP on/off, width) over the first `steps` steps at
+    constant `lr`, each the mean over `seeds` runs of `micro_batch` sequences of `seq_len` tokens per step."""
     if len(widths) < 2:
         raise ValueError(f"a coordinate check needs at least 2 widths, got {list(widths)}")
     unknown = sorted(set(optimizers) - set(OPTIMIZERS))
@@ -216,7 +225,7 @@ def coord_check(
     runs = [(o, mup, w, s) for o in optimizers for mup in modes for w in sorted(widths) for s in range(seeds)]
     sums: dict[tuple, list[float]] = {}
     for optimizer, mup, w, seed in tqdm(runs, desc="coord check", dynamic_ncols=True):
-        for r in run_width(cfg, w, mup, steps, device, optimizer, cfg.train.seed + seed, micro_batch, seq_len):
+        for r in run_width(cfg, w, mup, steps, device, optimizer, cfg.train.seed + seed, micro_batch, seq_len, lr):
             sums.setdefault((r.mup, r.width, r.step, r.metric, r.optimizer, r.shape_class), []).append(r.rms)
     return [CoordRecord(*key[:4], sum(v) / len(v), *key[4:]) for key, v in sums.items()]
 
