@@ -99,3 +99,20 @@ def test_new_files_and_keys_are_rendered_generically_and_a_broken_file_is_named(
     broken = _section(page, "broken.json")
     assert "Could not be read: JSONDecodeError" in broken
     assert "could not be read: JSONDecodeError" in page.split("## Results")[0]
+
+
+def test_gpu_check_results_get_the_step_s_command_and_leave_the_missing_list(tmp_path):
+    """scripts/gpu_checks.sh's JSON, committed under benchmarks/results/gpu/<run>/, and moe_layer --gpu."""
+    results = tmp_path / "results"
+    run = results / "gpu" / "h200-run"
+    run.mkdir(parents=True)
+    (run / "train_step.json").write_text(json.dumps({"ratio_hf": 1.31, "mfu": 0.42, "device": "NVIDIA H200"}))
+    (run / "doctor.json").write_text(json.dumps({"gpus": [{"name": "NVIDIA H200", "bf16_tflops": 700.5}]}))
+    (results / "moe_layer.gpu.json").write_text(json.dumps({"ratio": 1.1, "threads": 1}))
+    page = build_page(results)
+    step = _section(page, "gpu/h200-run/train_step.json")
+    assert "- command: `python benchmarks/gpu_train_step.py`" in step and "scripts/gpu_checks.sh" in step
+    assert "| `ratio_hf` | 1.31 |" in step and "700.5" in _section(page, "gpu/h200-run/doctor.json")
+    assert "- command: `python benchmarks/moe_layer.py --gpu`" in _section(page, "moe_layer.gpu.json")
+    waiting = page.split("## Benchmarks without a committed result")[1]
+    assert "gpu_train_step.py" not in waiting and "gpu_fp8.py" in waiting
