@@ -1,23 +1,22 @@
-"""Routed experts fused per expert vs unfused, and concurrent vs serial, over a grid of shapes.
+"""The routed path's three CPU ways (loop, fused, fused on both cores) over a grid of shapes, and
+whether the fixed rules and the measured choice picked the fastest.
 
-The peer is our own unfused path (`dispatch_backend: loop`: whole-tensor permute, grouped GEMMs,
-combine, torch's `mm`). For each shape it times the routed path alone (no router, no shared
-expert), forward + backward in fp32 on CPU, three ways interleaved round by round: unfused,
-`fused` as `auto` runs it (its GEMMs on the autotuned library, `shared.kernels.cpu_gemm`; its
-experts in concurrent single-threaded groups when `shared.kernels.expert_threads` says so) and
-`fused` with the experts one after another on torch's threads. It prints the speed-up of fusing,
-that of the concurrent groups, and what `auto` picks for each (fused when one expert's GEMM,
-mean rows × d × width, exceeds `FUSE_MIN_EXPERT_MACS`; concurrent below
-`CONCURRENT_MAX_EXPERT_MACS`). `auto_right` counts the shapes where auto fused iff fusing was
-faster, `concurrency_right` those where it ran concurrently iff that was faster.
+The ways are those of `shared.kernels.expert_path_autotune`: `loop` (whole-tensor permute,
+grouped GEMMs, combine), `fused` (per expert, `shared.kernels.fused_experts`, experts one after
+another on torch's threads) and `fused-concurrent` (the experts in one single-threaded group per
+core). For each shape the routed path alone (no router, no shared expert), forward + backward in
+fp32, is timed each way with `expert_path_autotune.time_ways` (interleaved rounds, fastest call
+of each; `--repeats` rounds), and the run prints what the fixed rules would pick (fused above
+`FUSE_MIN_EXPERT_MACS` multiply-adds per expert GEMM, concurrent below
+`CONCURRENT_MAX_EXPERT_MACS`) and what the measurement picks (`expert_path_autotune.pick`).
 
-    .venv/bin/python benchmarks/expert_fusion.py             # the grid in docs/moe.md
+    .venv/bin/python benchmarks/expert_fusion.py             # the grid
     .venv/bin/python benchmarks/expert_fusion.py --quick     # two small shapes (smoke test)
 
-Last line: JSON with `ratio` (geometric mean of fused/unfused speed over the shapes auto fuses,
-> 1 means fusing them pays), `ratio_concurrent` (geometric mean of concurrent/serial over the
-shapes where auto runs concurrently), `speedups` and `concurrency_speedups` per shape, and the
-`auto_right` / `concurrency_right` counts out of `shapes`.
+Last line: JSON with `ms` per shape and way, `rules` and `measured` (the way each picks per
+shape), `rules_right` / `measured_right` (shapes where the pick is within 5% of the fastest way,
+out of `shapes`), `ratio` (geometric mean over shapes of the fastest way's time / the rules'
+pick's: > 1 means measuring pays) and the machine line.
 """
 
 from __future__ import annotations
@@ -33,46 +32,29 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from shared.kernels import grouped_mm, moe_experts_forward  # noqa: E402
 from shared.kernels.blas_probe import print_machine_line  # noqa: E402
-from shared.kernels.dispatch import FUSE_MIN_EXPERT_MACS, runs_fused  # noqa: E402
+from shared.kernels.dispatch import FUSE_MIN_EXPERT_MACS  # noqa: E402
+from shared.kernels.expert_path_autotune import MARGIN, PathClass, pick, time_ways, ways_for  # noqa: E402
 from shared.kernels.expert_threads import CONCURRENT_MAX_EXPERT_MACS, expert_groups, use_expert_threads  # noqa: E402
 
 # (tokens, d_model, expert width, experts, top_k): small recipes up to the moe_layer benchmark's shape and past it.
 GRID = [
-    (1024, 64, 64, 8, 2), (1024, 256, 128, 32, 4), (4096, 512, 256, 16, 2), (4096, 256, 64, 64, 6),
+    (1024, 64, 64, 8, 2), (1024, 256, 128, 32, 4), (2048, 256, 128, 16, 2), (4096, 512, 256, 16, 2), (4096, 256, 64, 64, 6),
     (4096, 512, 128, 32, 4), (4096, 256, 128, 64, 8), (4096, 512, 128, 64, 8), (4096, 1024, 256, 64, 8),
     (8192, 512, 128, 64, 8),
 ]
 QUICK = [(256, 64, 32, 8, 2), (512, 64, 32, 8, 2)]
 
 
-def time_paths(T: int, D: int, F: int, E: int, K: int, repeats: int) -> dict[str, float]:
-    """Median seconds of the routed path, fwd + bwd, per way of running it (rounds interleave them)."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(T, D, generator=g, requires_grad=True)
-    w1, w3 = ((torch.randn(E, F, D, generator=g) / D**0.5).requires_grad_() for _ in range(2))
-    w2 = (torch.randn(E, D, F, generator=g) / F**0.5).requires_grad_()
-    weights, idx = torch.randn(T, E, generator=g).sigmoid().topk(K, dim=-1)
-    weights.requires_grad_()
-    dy = torch.randn(T, D, generator=g)
-    ways = {"loop": ("loop", "auto"), "fused": ("fused", "auto"), "fused_serial": ("fused", "off")}
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    for i in range(repeats + 1):
-        for name, ts in times.items():
-            backend, threads = ways[name]
-            for t in (x, weights, w1, w3, w2):
-                t.grad = None
-            t0 = time.perf_counter()
-            with use_expert_threads(threads):
-                moe_experts_forward(x, idx, weights, w1, w3, w2, backend=backend)[0].backward(dy)
-            if i:
-                ts.append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+def rules_way(T: int, D: int, F: int, E: int, K: int) -> str:
+    """The way the fixed rules pick (what `auto` runs where it does not measure)."""
+    expert_macs = T * K / E * D * F
+    if expert_macs <= FUSE_MIN_EXPERT_MACS:
+        return "loop"
+    return "fused-concurrent" if expert_groups(expert_macs, E) > 1 else "fused"
 
 
 def geomean(values: list[float]) -> float | None:
@@ -91,32 +73,28 @@ def main() -> None:
     torch.set_num_threads(args.threads or torch.get_num_threads())
     grid, repeats = (QUICK, 2) if args.quick else (GRID, args.repeats)
     machine = print_machine_line()
-    print(f"auto fuses above {FUSE_MIN_EXPERT_MACS:,} multiply-adds per expert GEMM and runs experts "
-          f"concurrently below {CONCURRENT_MAX_EXPERT_MACS:,} (with more than one thread)")
-    print(f"{'T, d, F, E, K':<26}{'expert MACs':>12}{'unfused ms':>12}{'fused ms':>10}{'serial ms':>11}"
-          f"{'fusing':>8}{'groups':>8}  auto")
-    speedups, concurrency, fused_by_auto, concurrent_by_auto = {}, {}, [], []
-    right = concurrency_right = 0
+    print(f"fixed rules: fused above {FUSE_MIN_EXPERT_MACS:,} multiply-adds per expert GEMM, concurrent "
+          f"below {CONCURRENT_MAX_EXPERT_MACS:,} (with more than one thread)")
+    ways = ways_for(torch.get_num_threads())
+    print(f"{'T, d, F, E, K':<26}{'expert MACs':>12}" + "".join(f"{w + ' ms':>20}" for w in ways) + "   rules / measured")
+    ms, rules, measured, gains = {}, {}, {}, []
+    rules_right = measured_right = 0
     for T, D, F, E, K in grid:
-        t = time_paths(T, D, F, E, K, repeats)
-        speedup, groups_speedup = t["loop"] / t["fused"], t["fused_serial"] / t["fused"]
-        auto_fuses = runs_fused("auto", torch.empty(0, D), T * K, torch.empty(E, F, D, device="meta"), grouped_mm)
-        expert_macs = T * K / E * D * F
-        auto_concurrent = expert_groups(expert_macs, E) > 1
-        right += auto_fuses == (speedup > 1)
-        concurrency_right += auto_concurrent == (groups_speedup > 1)
+        with use_expert_threads("auto"):
+            t = time_ways(PathClass(T, D, F, E, K, torch.get_num_threads()), rounds=repeats)
         key = f"T{T}_d{D}_F{F}_E{E}_K{K}"
-        speedups[key], concurrency[key] = round(speedup, 3), round(groups_speedup, 3)
-        if auto_fuses:
-            fused_by_auto.append(speedup)
-        if auto_concurrent:
-            concurrent_by_auto.append(groups_speedup)
-        print(f"{str((T, D, F, E, K)):<26}{expert_macs / 1e6:>11.1f}M{t['loop'] * 1e3:>12.2f}{t['fused'] * 1e3:>10.2f}"
-              f"{t['fused_serial'] * 1e3:>11.2f}{speedup:>8.2f}{groups_speedup:>8.2f}  "
-              f"{'fused' if auto_fuses else 'loop'}{', concurrent' if auto_concurrent else ''}", flush=True)
-    print(json.dumps({"ratio": geomean(fused_by_auto), "ratio_concurrent": geomean(concurrent_by_auto),
-                      "speedups": speedups, "concurrency_speedups": concurrency, "auto_right": right,
-                      "concurrency_right": concurrency_right, "shapes": len(grid),
+        best = min(t.values())
+        rules[key], measured[key] = rules_way(T, D, F, E, K), pick(t)
+        if rules[key] not in t:  # one thread: the rules' concurrent pick runs serially
+            rules[key] = "fused"
+        rules_right += t[rules[key]] <= best / (1 - MARGIN)
+        measured_right += t[measured[key]] <= best / (1 - MARGIN)
+        gains.append(t[rules[key]] / best)
+        ms[key] = {w: round(v * 1e3, 3) for w, v in t.items()}
+        print(f"{str((T, D, F, E, K)):<26}{T * K / E * D * F / 1e6:>11.1f}M" + "".join(f"{t[w] * 1e3:>20.2f}" for w in ways)
+              + f"   {rules[key]} / {measured[key]}", flush=True)
+    print(json.dumps({"ratio": geomean(gains), "ms": ms, "rules": rules, "measured": measured,
+                      "rules_right": rules_right, "measured_right": measured_right, "shapes": len(grid),
                       "threads": torch.get_num_threads(), "machine": machine}))
 
 

@@ -55,7 +55,7 @@ from shared.data.atomic import atomic_write_json  # noqa: E402
 from shared.kernels import grouped_mm  # noqa: E402
 from shared.kernels.blas_probe import isa_tag, print_blas_calls, print_machine_line  # noqa: E402
 from shared.kernels.cpu_gemm import cpu_gemm_setting, use_cpu_gemm  # noqa: E402
-from shared.kernels.dispatch import runs_fused  # noqa: E402
+from shared.kernels.dispatch import expert_path  # noqa: E402
 from shared.kernels.expert_threads import use_expert_threads  # noqa: E402
 from shared.model.moe import MoELayer  # noqa: E402
 
@@ -200,7 +200,7 @@ def cpu_bench(args) -> dict:
     with torch.no_grad():
         ref = ours(x)[0]
         torch.testing.assert_close(unfused(x)[0], ref, atol=1e-5, rtol=1e-5)
-    path = "fused" if runs_fused("auto", x[0], args.tokens * args.top_k, ours.experts.w1_EFD, grouped_mm) else "loop"
+    path = expert_path("auto", x[0], args.tokens * args.top_k, ours.experts.w1_EFD, grouped_mm)
     gemm = cpu_gemm_setting()
     contenders = {"ours": fwd_bwd(ours, x, g, True), "ours_mkl": fwd_bwd(ours, x, g, True, "mkl"),
                   "ours_serial": fwd_bwd(ours, x, g, True, expert_threads="off"),

@@ -7,9 +7,11 @@ one group) is built three times, in one process:
 * ours: `shared.model.MoETransformer` from `configs/tiny.yaml` with overrides that set the shape,
   `attention.pattern=[mla]` and the MLA ranks; its loss adds `aux["aux_loss"]` and its step ends
   with `update_router_biases()` (the aux-loss-free bias update is part of our training step).
-  It runs twice, same weights: as it runs by default (each GEMM on the library the autotune
+  It runs three times, same weights: as it runs by default (each GEMM on the library the autotune
   measured fastest here, `shared.kernels.cpu_gemm`) and as `ours[mkl]`, every GEMM on MKL, the
-  BLAS the peers run: the same-backend figure;
+  BLAS the peers run: the same-backend figure; and as `ours[plain-ce]`, the head and loss run as
+  the peers run them (logits, then `F.cross_entropy`) instead of fused
+  (`shared.kernels.linear_cross_entropy`, the trainer's path): how much of the ratio is that;
 * Hugging Face transformers' `DeepseekV3ForCausalLM` (SDPA attention), timed with every experts
   implementation it offers (`config._experts_implementation` = `grouped_mm`, `eager`); the ratio
   is against the fastest;
@@ -30,7 +32,7 @@ the libraries' verbose logs, one untimed step each).
     .venv/bin/python benchmarks/train_step.py --profile   # also print the top ops of one step of each
 
 Last line: JSON with `ratio` (our tokens/s / HF's fastest), `ratio_same_backend` (`ours[mkl]` / HF's
-fastest), `ratio_torchtitan` and `ratio_torchtitan_same_backend`, the machine line and the calls per
+fastest), `ratio_torchtitan`, `ratio_torchtitan_same_backend` and `ratio_plain_ce`, the machine line and the calls per
 library; also written to `benchmarks/results/train_step.<native|avx2>.json` (not with `--quick`).
 """
 
@@ -190,16 +192,23 @@ def build_torchtitan(s: Shape, dense_hidden: int) -> nn.Module:
     return model
 
 
-def make_step(model: nn.Module, forward: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
+def _plain_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def make_step(model: nn.Module, forward: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
               after_step: Callable[[], None] | None = None) -> Callable[[torch.Tensor], float]:
-    """One training step: next-token CE (+ the model's aux loss), backward, AdamW step."""
+    """One training step: next-token CE (+ the model's aux loss), backward, AdamW step.
+
+    `forward(inputs, targets)` returns (mean next-token CE, aux loss or None): the peers compute the
+    CE from their logits with `F.cross_entropy`; ours computes it as its trainer does.
+    """
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
     def step(tokens_BT1: torch.Tensor) -> float:
         inputs, targets = tokens_BT1[:, :-1], tokens_BT1[:, 1:]
-        logits, aux = forward(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        loss, aux = forward(inputs, targets)
         if aux is not None:
             loss = loss + aux
         opt.zero_grad(set_to_none=True)
@@ -212,12 +221,15 @@ def make_step(model: nn.Module, forward: Callable[[torch.Tensor], tuple[torch.Te
     return step
 
 
-def _ours_system(s: Shape, cpu_gemm: str) -> tuple[nn.Module, Callable[[torch.Tensor], float], int]:
+def _ours_system(s: Shape, cpu_gemm: str, fused_ce: bool = True) -> tuple[nn.Module, Callable[[torch.Tensor], float], int]:
     ours, dense_hidden = build_ours(s)
 
-    def ours_fwd(x):
+    def ours_fwd(x, y):
+        if fused_ce:  # the trainer's step: head and loss fused, no logits tensor
+            _, aux = ours(x, y)
+            return aux["lm_loss"], aux["aux_loss"]
         logits, aux = ours(x)
-        return logits, aux["aux_loss"]
+        return _plain_ce(logits, y), aux["aux_loss"]
 
     step = make_step(ours, ours_fwd, ours.update_router_biases)
 
@@ -231,16 +243,18 @@ def _ours_system(s: Shape, cpu_gemm: str) -> tuple[nn.Module, Callable[[torch.Te
 def systems(s: Shape, hf_impls: list[str]) -> dict[str, tuple[nn.Module, Callable[[torch.Tensor], float]]]:
     ours, ours_step, dense_hidden = _ours_system(s, "auto")
     same_backend, same_backend_step, _ = _ours_system(s, "mkl")
-    out = {"ours": (ours, ours_step), "ours[mkl]": (same_backend, same_backend_step)}
+    plain_ce, plain_ce_step, _ = _ours_system(s, "auto", fused_ce=False)
+    out = {"ours": (ours, ours_step), "ours[mkl]": (same_backend, same_backend_step),
+           "ours[plain-ce]": (plain_ce, plain_ce_step)}
     for impl in hf_impls:
         hf = build_hf(s, dense_hidden, impl)
-        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, m=hf: (m(input_ids=x).logits, None)))
+        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, y, m=hf: (_plain_ce(m(input_ids=x).logits, y), None)))
     try:
         tt = build_torchtitan(s, dense_hidden)
     except ImportError as exc:
         print(f"torchtitan not installed ({exc}); `pip install -e '.[bench]'` to compare", flush=True)
     else:
-        out["torchtitan"] = (tt, make_step(tt, lambda x: (tt(x), None)))
+        out["torchtitan"] = (tt, make_step(tt, lambda x, y: (_plain_ce(tt(x), y), None)))
     return out
 
 
@@ -364,6 +378,7 @@ def main() -> None:
         "ratio_same_backend": tps["ours[mkl]"] / tps[best_hf],
         "ratio_torchtitan": tps["ours"] / tps["torchtitan"] if has_tt else None,
         "ratio_torchtitan_same_backend": tps["ours[mkl]"] / tps["torchtitan"] if has_tt else None,
+        "ratio_plain_ce": tps["ours[plain-ce]"] / tps[best_hf],
         "ratio_fastest_step": tps_best["ours"] / tps_best[best_hf_min],
         "ratio_torchtitan_fastest_step": tps_best["ours"] / tps_best["torchtitan"] if has_tt else None,
         "machine": machine, "blas_calls": calls, "load_average": os.getloadavg(),

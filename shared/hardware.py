@@ -59,6 +59,7 @@ class DoctorReport:
     cpu: dict = field(default_factory=dict)  # model, ISA flags, ISA-capping variables, autotune key
     blas: dict[str, str | None] = field(default_factory=dict)  # the MKL / oneDNN code paths really running
     cpu_gemm_autotune: list[dict] = field(default_factory=list)  # this machine's measured GEMM choices
+    cpu_expert_paths: list[dict] = field(default_factory=list)  # and routed-expert ways per layer shape
     cpu_fp32_gflops: float | None = None
     gloo_allreduce_gbps: float | None = None
     gpus: list[GpuReport] = field(default_factory=list)
@@ -241,6 +242,18 @@ def cpu_gemm_report(retune: bool = False, quick: bool = False) -> list[dict]:
              "load_average": e.get("load_average")} for label, e in sorted(section.items())]
 
 
+def cpu_expert_path_report(retune: bool = False) -> list[dict]:
+    """The routed-expert way measured for each layer shape this machine has trained (forgotten with
+    `retune`, to be measured again by the next training run)."""
+    from shared.kernels import expert_path_autotune
+
+    expert_path_autotune.TUNER.reset()
+    if retune:
+        expert_path_autotune.TUNER.clear()
+    return [{"class": label, "way": e["way"], "ms": e["ms"], "load_average": e.get("load_average")}
+            for label, e in sorted(expert_path_autotune.cached_entries().items())]
+
+
 def cpu_facts() -> dict:
     from shared.kernels import gemm_autotune
 
@@ -278,6 +291,7 @@ def run_doctor(require_gpu: bool = False, quick: bool = False, retune: bool = Fa
             report.failures.append("no CUDA device visible to torch (--require-gpu); check the driver and CUDA_VISIBLE_DEVICES")
         report.cpu_fp32_gflops = measure_cpu_fp32_gflops(n=512 if quick else 1024)
         report.cpu_gemm_autotune = cpu_gemm_report(retune=retune, quick=quick)
+        report.cpu_expert_paths = cpu_expert_path_report(retune=retune)
         report.gloo_allreduce_gbps = measure_allreduce_busbw("gloo", 2, 2**20 if quick else 16 * 2**20, 5)
     if report.disk_free_gib < 1.0:
         report.failures.append(f"only {report.disk_free_gib:.2f} GiB free disk in {Path.cwd()}")

@@ -31,6 +31,11 @@ def format_table(report) -> str:
             note = f"  (provisional: measured at load {entry['load_average']})" if entry.get("provisional") else ""
             rows.append((f"  {entry['class']}", f"{entry['library']:<6}  MKL {entry['mkl_us']:.1f} µs, "
                          f"oneDNN {entry['onednn_us']:.1f} µs{note}"))
+    if report.cpu_expert_paths:
+        rows.append(("cpu routed-expert path", "per layer shape, measured by the first training step (MOELAB_HOME cache)"))
+        for entry in report.cpu_expert_paths:
+            times = ", ".join(f"{way} {ms:.1f} ms" for way, ms in entry["ms"].items())
+            rows.append((f"  {entry['class']}", f"{entry['way']:<16}  {times}"))
     if report.gloo_allreduce_gbps is not None:
         rows.append(("gloo all-reduce (2 proc)", f"{report.gloo_allreduce_gbps:.2f} GB/s bus bandwidth"))
     for gpu in report.gpus:
@@ -54,7 +59,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
         require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail when no CUDA device is visible."),
         quick: bool = typer.Option(False, "--quick", help="Smaller measurements (seconds, less precise)."),
-        retune: bool = typer.Option(False, "--retune", help="Forget this machine's CPU GEMM choices and measure again."),
+        retune: bool = typer.Option(False, "--retune", help="Forget this machine's CPU GEMM and routed-expert choices and measure again."),
     ) -> None:
         """Versions, resources, the BLAS code paths in use, the CPU GEMM autotune table, measured
         matmul/copy/all-reduce peaks; exits 1 when a check fails."""

@@ -100,8 +100,8 @@ def evaluate(model, loader, batches: int, device: torch.device) -> dict[str, flo
     tally = RouterTally()
     for _ in range(batches):
         batch = next(loader)
-        logits, aux = model(batch.inputs_BT.to(device))
-        losses.append(float(lm_loss(logits, batch.targets_BT.to(device))))
+        _, aux = model(batch.inputs_BT.to(device), batch.targets_BT.to(device))
+        losses.append(float(aux["lm_loss"]))
         tally.add(aux["layers"])
     model.train()
     tally.reduce()
@@ -180,8 +180,8 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
         for _ in range(tc.grad_accum):
             batch = next(loader)
             with autocast:
-                logits, aux = model(batch.inputs_BT.to(ctx.device))
-            loss = lm_loss(logits, batch.targets_BT.to(ctx.device))
+                _, aux = model(batch.inputs_BT.to(ctx.device), batch.targets_BT.to(ctx.device))
+            loss = aux["lm_loss"]
             if step in tc.fault_inject_nan_steps:
                 loss = loss * float("nan")
             ((loss + aux["aux_loss"]) / tc.grad_accum).backward()

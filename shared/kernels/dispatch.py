@@ -24,6 +24,7 @@ absent from `order_A`, so the same gather / accumulate path gives them a zero co
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from shared.kernels.expert_threads import explicit_setting, use_expert_threads
 from shared.kernels.fused_experts import fused_routed_experts
 from shared.kernels.grouped_mm import grouped_mm
 
@@ -121,28 +123,45 @@ def expert_swiglu(
     return gmm(h_AF, w2_EDF, counts_E, backend)
 
 
-# Mean rows per expert × d_model × expert width (multiply-adds of one expert GEMM) above which `auto`
-# fuses on CPU. Below it the fused path's ~25 small ops per expert cost about what they save
-# (0.95–1.01× at 1M; 2²² misjudged 1 of 9 shapes of benchmarks/expert_fusion.py, 2²¹ none).
+# The fixed rules, used where the path is not measured (busy machine, no gradients, autocast,
+# `MOELAB_EXPERT_PATH=rules`): mean rows per expert × d_model × expert width (multiply-adds of one
+# expert GEMM) above which `auto` fuses on CPU. Set on an AMD Zen 5, where below it the fused
+# path's ~25 small ops per expert cost about what they save (0.95–1.01× at 1M; 2²² misjudged 1 of 9
+# shapes of benchmarks/expert_fusion.py, 2²¹ none); other machines differ, hence the measurement.
 FUSE_MIN_EXPERT_MACS = 1 << 21
 
 
-def runs_fused(backend: str, x_TD: Tensor, n_assignments: int, w1_EFD: Tensor, gmm: GroupedMM) -> bool:
-    """Whether the routed path runs fused per expert (`shared.kernels.fused_experts`).
+def expert_path(backend: str, x_TD: Tensor, n_assignments: int, w1_EFD: Tensor, gmm: GroupedMM) -> str:
+    """How the routed path runs: `loop` (unfused), `fused` or `fused-concurrent` (per expert,
+    `shared.kernels.fused_experts`; concurrent: in one single-threaded group per core), or `fused`
+    with its concurrency left to `shared.kernels.expert_threads`'s rule (`fused-rules`).
 
-    `fused` asks for it. `auto` picks it on CPU when one expert's GEMM is big enough for the
-    per-expert Python ops not to matter: then fusing (cache-resident elementwise work, no T·K×d
-    copies, oneDNN GEMMs) measured 1.09–2.49× the unfused path; 0.95–1.01× at 1M multiply-adds.
-    Either way only with the plain `grouped_mm`: the fused path runs its GEMMs itself, and a
-    precision wrapper must see every GEMM.
+    `fused` asks for the fused path. `auto` on CPU fp32 takes the way measured fastest for this
+    machine and layer shape (`shared.kernels.expert_path_autotune`), or the fixed rules where it is
+    not measured. Fused only with the plain `grouped_mm`: the fused path runs its GEMMs itself, and
+    a precision wrapper must see every GEMM.
     """
     if gmm is not grouped_mm:
-        return False
+        return "loop"
     if backend == "fused":
-        return True
+        return "fused-rules"
+    if backend != "auto" or x_TD.device.type != "cpu":
+        return "loop"
     E, F, D = w1_EFD.shape
-    expert_macs = n_assignments / E * D * F
-    return backend == "auto" and x_TD.device.type == "cpu" and expert_macs > FUSE_MIN_EXPERT_MACS
+    T = x_TD.shape[0]
+    K = n_assignments // T if T else 0
+    if x_TD.dtype == torch.float32 and w1_EFD.dtype == torch.float32 and 1 <= K <= E and K * T == n_assignments:
+        from shared.kernels.expert_path_autotune import TUNER
+
+        way = TUNER.way(T, D, F, E, K)
+        if way is not None:
+            return way
+    return "fused-rules" if n_assignments / E * D * F > FUSE_MIN_EXPERT_MACS else "loop"
+
+
+def runs_fused(backend: str, x_TD: Tensor, n_assignments: int, w1_EFD: Tensor, gmm: GroupedMM) -> bool:
+    """Whether the routed path runs fused per expert (see `expert_path`)."""
+    return expert_path(backend, x_TD, n_assignments, w1_EFD, gmm) != "loop"
 
 
 def moe_experts_forward(
@@ -164,9 +183,15 @@ def moe_experts_forward(
     """
     T, K = idx_TK.shape
     routing = route_by_expert(idx_TK, w1_EFD.shape[0], capacity)
-    if runs_fused(backend, x_TD, idx_TK.numel(), w1_EFD, gmm):
+    path = expert_path(backend, x_TD, idx_TK.numel(), w1_EFD, gmm)
+    if path != "loop":
         tok_A = routing.order_A // K
-        out = fused_routed_experts(x_TD, tok_A, slot_weights(weights_TK, routing), routing.counts_E, w1_EFD, w3_EFD, w2_EDF)
+        # the groups are cut in the forward and kept for the backward, so the setting need only
+        # hold here; an explicit MOELAB_EXPERT_THREADS still wins over the measured way
+        threads = {"fused": "off", "fused-concurrent": str(torch.get_num_threads())}.get(path)
+        with use_expert_threads(threads) if threads and not explicit_setting() else contextlib.nullcontext():
+            out = fused_routed_experts(x_TD, tok_A, slot_weights(weights_TK, routing), routing.counts_E,
+                                       w1_EFD, w3_EFD, w2_EDF)
         return out, routing
     x_AD = permute(x_TD, routing, K)
     y_AD = expert_swiglu(

@@ -13,9 +13,10 @@ per-expert counts and thread count, and each group accumulates into its own outp
 buffers are summed in group order, so results are deterministic for a given thread count
 (bitwise equal from run to run, equal to the serial order to float tolerance).
 
-`MOELAB_EXPERT_THREADS`: `auto` (default: concurrent when torch has more than one intra-op
-thread and the mean expert GEMM is below `CONCURRENT_MAX_EXPERT_MACS`), `off`, or a number of
-groups to force.
+`MOELAB_EXPERT_THREADS`: `auto` (default: as `shared.kernels.expert_path_autotune` measured for
+the machine and layer shape; where it did not measure, concurrent when torch has more than one
+intra-op thread and the mean expert GEMM is below `CONCURRENT_MAX_EXPERT_MACS`), `off`, or a
+number of groups to force.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def expert_groups(expert_macs: float, active_experts: int) -> int:
     if threads < 2 or expert_macs >= CONCURRENT_MAX_EXPERT_MACS:
         return 1
     return max(1, min(threads, active_experts // 2))
+
+
+def explicit_setting() -> bool:
+    """Whether a caller (`use_expert_threads`) or the environment asked for a setting other than `auto`."""
+    return (_override or os.environ.get(SETTING_ENV, "auto")) != "auto"
 
 
 @contextlib.contextmanager

@@ -102,8 +102,8 @@ def machine_key(fingerprint: dict | None = None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cache_path() -> Path:
-    return Path(os.environ.get("MOELAB_HOME", Path.home() / ".cache" / "moelab")) / CACHE_FILE
+def cache_path(name: str = CACHE_FILE) -> Path:
+    return Path(os.environ.get("MOELAB_HOME", Path.home() / ".cache" / "moelab")) / name
 
 
 def _pow2(x: int) -> int:
@@ -286,7 +286,7 @@ class GemmAutotuner:
         self._choices[_index(cls)] = result.library
         entry = {"class": asdict(cls), **asdict(result), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                  "load_average": round(os.getloadavg()[0], 2)}
-        with _locked_cache() as data:
+        with locked_cache() as data:
             section = data["machines"].setdefault(self.key, {"fingerprint": machine_fingerprint(), "classes": {}})
             section["classes"][cls.label] = entry
         return result.library
@@ -307,7 +307,7 @@ class GemmAutotuner:
 
     def clear(self) -> None:
         """Forget this machine's choices, in memory and on disk (`moelab doctor --retune`)."""
-        with self._lock, _locked_cache() as data:
+        with self._lock, locked_cache() as data:
             data["machines"].pop(self.key, None)
             self._choices = {}
 
@@ -316,9 +316,9 @@ def _index(cls: ShapeClass) -> tuple:
     return (cls.m, cls.k, cls.n, cls.layout, cls.threads, cls.vary)
 
 
-def read_cache() -> dict:
+def read_cache(name: str = CACHE_FILE) -> dict:
     """The cache file's `machines` table; a missing file is empty, an unreadable one is reported and ignored."""
-    path = cache_path()
+    path = cache_path(name)
     if not path.exists():
         return {}
     try:
@@ -327,19 +327,19 @@ def read_cache() -> dict:
             raise ValueError(f"version {data.get('version')!r}, expected {CACHE_VERSION}")
         return data["machines"]
     except (ValueError, KeyError, TypeError, OSError) as exc:
-        warnings.warn(f"ignoring the CPU GEMM autotune cache {path} ({exc}); it will be measured again and rewritten",
+        warnings.warn(f"ignoring the CPU autotune cache {path} ({exc}); it will be measured again and rewritten",
                       stacklevel=2)
         return {}
 
 
 @contextlib.contextmanager
-def _locked_cache() -> Iterator[dict]:
+def locked_cache(name: str = CACHE_FILE) -> Iterator[dict]:
     """The cache's content, for editing under an exclusive lock; written back atomically on exit."""
-    path = cache_path()
+    path = cache_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        data = {"version": CACHE_VERSION, "machines": read_cache()}
+        data = {"version": CACHE_VERSION, "machines": read_cache(name)}
         yield data
         atomic_write_json(path, data)
 

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from shared.config.model import ModelConfig
 from shared.kernels import cpu_gemm
+from shared.kernels.linear_cross_entropy import linear_cross_entropy
 from shared.model.attention import build_attention
 from shared.model.ffn import SwiGLU
 from shared.model.moe import MoELayer
@@ -65,7 +66,13 @@ class MoETransformer(nn.Module):
         init_weights(self, cfg, self.mup_scalings)
         apply_precision(self, cfg.moe.precision)  # number formats of expert and dense GEMMs
 
-    def forward(self, tokens_BT: Tensor) -> tuple[Tensor, dict]:
+    def forward(self, tokens_BT: Tensor, targets_BT: Tensor | None = None) -> tuple[Tensor | None, dict]:
+        """Logits and aux; with `targets_BT`, the mean next-token cross-entropy instead of the logits.
+
+        With targets the head and the loss run fused (`shared.kernels.linear_cross_entropy`): no
+        B·T×V logits tensor is made, and logits come back as None, the loss as `aux["lm_loss"]`.
+        Training steps pass targets (it is also the cheaper path); callers that need logits do not.
+        """
         x_BTD = self.tok_embeddings(tokens_BT) * self.emb_mult
         layer_stats: dict[int, dict[str, Tensor]] = {}
         aux_loss = torch.zeros((), device=tokens_BT.device)
@@ -78,8 +85,13 @@ class MoETransformer(nn.Module):
         head_VD = self.tok_embeddings.weight if self.lm_head is None else self.lm_head.weight
         # the muP output multiplier on the D-wide hidden state, not the V-wide logits: same product,
         # a vocab/width times cheaper elementwise pass (and its backward)
-        logits_BTV = cpu_gemm.linear(h_BTD * self.logit_mult, head_VD.to(h_BTD.dtype))
-        return logits_BTV, {"layers": layer_stats, "aux_loss": aux_loss}
+        h_BTD = h_BTD * self.logit_mult
+        aux = {"layers": layer_stats, "aux_loss": aux_loss}
+        if targets_BT is not None:
+            aux["lm_loss"] = linear_cross_entropy(h_BTD.reshape(-1, h_BTD.shape[-1]), head_VD.to(h_BTD.dtype),
+                                                  targets_BT.reshape(-1))
+            return None, aux
+        return cpu_gemm.linear(h_BTD, head_VD.to(h_BTD.dtype)), aux
 
     def moe_layers(self) -> list[MoELayer]:
         return [b.ffn for b in self.layers if b.is_moe]

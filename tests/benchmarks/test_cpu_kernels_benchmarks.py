@@ -20,10 +20,14 @@ def test_cpu_gemm_quick_reports_both_libraries_and_the_autotuned_choice_per_shap
     _has_machine_line(result)
 
 
-def test_expert_fusion_quick_reports_fusion_and_concurrency_speedups_and_autos_choices():
+def test_expert_fusion_quick_reports_each_way_and_what_the_rules_and_the_measurement_pick():
     result = run_benchmark("expert_fusion.py", "--quick", timeout=300)
-    assert result["shapes"] == len(result["speedups"]) == len(result["concurrency_speedups"]) == 2
-    assert all(s > 0 for s in [*result["speedups"].values(), *result["concurrency_speedups"].values()])
-    assert 0 <= result["auto_right"] <= result["shapes"] and 0 <= result["concurrency_right"] <= result["shapes"]
-    assert result["ratio"] is None  # auto fuses neither quick shape: their expert GEMMs are tiny
+    assert result["shapes"] == len(result["ms"]) == len(result["rules"]) == len(result["measured"]) == 2
+    ways = {"loop", "fused", "fused-concurrent"} if result["threads"] > 1 else {"loop", "fused"}
+    for shape, times in result["ms"].items():
+        assert set(times) == ways and all(t > 0 for t in times.values())
+        assert result["rules"][shape] == "loop"  # quick shapes are below the fusing threshold
+        assert result["measured"][shape] in ways
+    assert 0 <= result["rules_right"] <= 2 and 0 <= result["measured_right"] <= 2
+    assert result["ratio"] >= 1.0  # the fastest way over the rules' pick
     _has_machine_line(result)

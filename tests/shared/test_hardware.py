@@ -86,3 +86,22 @@ def test_doctor_gpu_branch_measures_each_gpu():
     for gpu in report.gpus:
         assert gpu.bf16_tflops > 1.0 and gpu.copy_gbps > 1.0
     print(json.dumps(report.to_json(), indent=2))
+
+
+def test_doctor_lists_the_measured_routed_expert_paths_and_retune_forgets_them(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("CPU branch only")
+    from shared.kernels import expert_path_autotune as epa
+    from shared.kernels import gemm_autotune
+
+    monkeypatch.delenv(epa.SETTING_ENV, raising=False)
+    monkeypatch.setattr(gemm_autotune, "machine_is_busy", lambda: False)
+    epa.TUNER.reset()
+    way = epa.TUNER.way(256, 32, 16, 4, 2)  # what a training step's first MoE forward does
+    report = json.loads(runner.invoke(app, ["doctor", "--json", "--quick"]).output.strip().splitlines()[-1])
+    (row,) = report["cpu_expert_paths"]
+    assert row["class"] == f"T256.d32.F16.E4.K2.t{torch.get_num_threads()}" and row["way"] == way
+    assert set(row["ms"]) >= {"loop", "fused"}
+    table = runner.invoke(app, ["doctor", "--quick", "--retune"]).output
+    assert "cpu routed-expert path" not in table and epa.cached_entries() == {}
+    epa.TUNER.reset()

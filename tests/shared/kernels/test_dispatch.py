@@ -138,9 +138,11 @@ def test_fused_on_either_gemm_library_matches_reference_at_a_realistic_size(sett
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_auto_runs_fused_on_cpu_for_big_enough_expert_gemms():
+def test_fixed_rules_fuse_on_cpu_for_big_enough_expert_gemms(monkeypatch):
+    """Where the path is not measured, `auto` fuses above the multiply-add threshold."""
     from shared.kernels.dispatch import FUSE_MIN_EXPERT_MACS, runs_fused
 
+    monkeypatch.setenv("MOELAB_EXPERT_PATH", "rules")
     x, w1 = torch.randn(4, 512), torch.empty(64, 128, 512)  # 64 experts, width 128, d 512
     big = FUSE_MIN_EXPERT_MACS * 64 // (512 * 128)  # assignments putting one expert's GEMM at the threshold
     assert runs_fused("auto", x, big + 64, w1, grouped_mm) and not runs_fused("auto", x, big, w1, grouped_mm)

@@ -147,7 +147,7 @@ def test_busy_means_more_runnable_work_than_cores(monkeypatch):
 def test_an_unreadable_cache_is_reported_and_rewritten(tuner):
     cache_path().parent.mkdir(parents=True, exist_ok=True)
     cache_path().write_text("{not json")
-    with pytest.warns(UserWarning, match="ignoring the CPU GEMM autotune cache"):
+    with pytest.warns(UserWarning, match="ignoring the CPU autotune cache"):
         assert tuner.choices() == {}
     if cpu_gemm.onednn_available():
         tuner.library(1024, 512, 256, "rr")

@@ -1,0 +1,110 @@
+"""LM head and cross-entropy in one pass over row blocks: the loss and both gradients in the forward.
+
+The plain path (`F.cross_entropy(h @ Wᵀ, y)`) writes the N×V logits, reads them for log-softmax,
+writes the N×V log-probabilities, and in the backward allocates and zero-fills an N×V gradient,
+scatters -1/N into it and runs log-softmax's backward over it: five or six streams of an N×V
+tensor through main memory around GEMMs that read only N×D and V×D. At the CPU benchmark shape
+(2,048 tokens, vocabulary 4,096, d 256) that elementwise work cost more than the head's three GEMMs.
+
+Here the rows are taken `chunk_rows` at a time (a block of logits that stays in cache): its logits,
+their log-sum-exp, the loss terms, then the softmax turned in place into dL/dlogits
+(softmax − one-hot, / N), and at once the block's input gradient (dlogits·W) and its share of the
+weight gradient (dlogitsᵀ·h, accumulated). The backward only scales the two stored gradients by
+the incoming scalar. No N×V tensor ever exists. The same idea is in Liger-Kernel's fused linear
+cross-entropy and Apple's Cut Cross-Entropy; this is a CPU/any-device version in plain ATen ops.
+
+Arithmetic: fp32 throughout (the path is taken only for fp32 inputs outside autocast and
+compilation; anything else runs the plain path), max-subtracted exponentials as log-softmax
+computes them; loss and gradients match the plain path to float rounding (tests/shared/kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# Rows per block: 512 × vocabulary 4,096 × 4 bytes = 8 MiB of logits, the size at which the block's
+# elementwise passes still ran at cache speed on the 2-core benchmark machine (256 and 512 rows
+# were equal, the whole 2,048 at once 40% slower).
+CHUNK_ROWS = 512
+
+
+def _fused_applies(h_ND: Tensor, w_VD: Tensor) -> bool:
+    dev = h_ND.device.type
+    return (h_ND.dtype == torch.float32 and w_VD.dtype == torch.float32 and h_ND.device == w_VD.device
+            and not torch.is_autocast_enabled(dev) and not torch.compiler.is_compiling())
+
+
+def _block_loss_and_softmax(z_CV: Tensor, y_C: Tensor) -> Tensor:
+    """Per-row loss terms (log-sum-exp − target logit); z_CV becomes the row softmax in place."""
+    z_target = z_CV.gather(1, y_C.unsqueeze(1)).squeeze(1)
+    m = z_CV.amax(1, keepdim=True)
+    z_CV.sub_(m).exp_()
+    s = z_CV.sum(1, keepdim=True)
+    z_CV.div_(s)
+    return (m + s.log()).squeeze(1) - z_target
+
+
+def _blocks(h_ND: Tensor, w_VD: Tensor, y_N: Tensor, chunk_rows: int, need_h: bool, need_w: bool
+            ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The mean loss, and the gradients asked for, one block of rows at a time."""
+    n = h_ND.shape[0]
+    dh_ND = torch.empty_like(h_ND) if need_h else None
+    dw_VD = torch.zeros_like(w_VD) if need_w else None
+    total = h_ND.new_zeros(())
+    z_buf = h_ND.new_empty(min(chunk_rows, n), w_VD.shape[0])
+    rows = torch.arange(z_buf.shape[0], device=h_ND.device)
+    for start in range(0, n, chunk_rows):
+        h_CD, y_C = h_ND[start:start + chunk_rows], y_N[start:start + chunk_rows]
+        z_CV = z_buf[: h_CD.shape[0]]
+        torch.mm(h_CD, w_VD.t(), out=z_CV)
+        total += _block_loss_and_softmax(z_CV, y_C).sum()
+        if need_h or need_w:
+            z_CV[rows[: h_CD.shape[0]], y_C] -= 1.0
+            z_CV.mul_(1.0 / n)  # dL/dz of the mean loss
+            if need_h:
+                torch.mm(z_CV, w_VD, out=dh_ND[start:start + chunk_rows])
+            if need_w:
+                dw_VD.addmm_(z_CV.t(), h_CD)
+    return total / n, dh_ND, dw_VD
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h_ND: Tensor, w_VD: Tensor, y_N: Tensor, chunk_rows: int) -> Tensor:
+        loss, dh_ND, dw_VD = _blocks(h_ND, w_VD, y_N, chunk_rows, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        ctx.save_for_backward(dh_ND, dw_VD)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor):
+        dh_ND, dw_VD = ctx.saved_tensors
+        # Gradients are the stored ones times the incoming scalar (1 for a lone loss); they are
+        # this function's own buffers, so scaling in place costs no copy.
+        scale = None if bool(grad_loss == 1) else grad_loss
+        if scale is not None:
+            dh_ND = None if dh_ND is None else dh_ND.mul_(scale)
+            dw_VD = None if dw_VD is None else dw_VD.mul_(scale)
+        return dh_ND, dw_VD, None, None
+
+
+def linear_cross_entropy(h_ND: Tensor, w_VD: Tensor, targets_N: Tensor, chunk_rows: int = CHUNK_ROWS) -> Tensor:
+    """mean_i CE(h_i·Wᵀ, y_i), differentiable in h and W, without materialising the N×V logits.
+
+    h_ND: (N, D) hidden states; w_VD: (V, D) head weight (nn.Linear layout); targets_N: (N,)
+    class indices in [0, V). Falls back to `F.cross_entropy(F.linear(h, W).float(), y)` for
+    non-fp32 inputs, under autocast and under torch.compile (where the compiler fuses it itself).
+    """
+    if h_ND.dim() != 2 or w_VD.dim() != 2 or h_ND.shape[1] != w_VD.shape[1] or targets_N.shape != h_ND.shape[:1]:
+        raise ValueError(f"linear_cross_entropy expects h (N, D), W (V, D), targets (N,); got "
+                         f"{tuple(h_ND.shape)}, {tuple(w_VD.shape)}, {tuple(targets_N.shape)}")
+    if not _fused_applies(h_ND, w_VD):
+        return F.cross_entropy(F.linear(h_ND, w_VD).float(), targets_N)
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    if targets_N.numel() and (int(targets_N.min()) < 0 or int(targets_N.max()) >= w_VD.shape[0]):
+        raise IndexError(f"targets must lie in [0, {w_VD.shape[0]}); got [{int(targets_N.min())}, {int(targets_N.max())}]")
+    if not (torch.is_grad_enabled() and (h_ND.requires_grad or w_VD.requires_grad)):
+        return _blocks(h_ND, w_VD, targets_N, chunk_rows, need_h=False, need_w=False)[0]
+    return _LinearCrossEntropy.apply(h_ND, w_VD, targets_N, chunk_rows)
