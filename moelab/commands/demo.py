@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -50,15 +51,26 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS's pick for port 0)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def ensure_ray(cpus: int) -> None:
     if _http_ok(f"{RAY_DASHBOARD}/api/version"):
         typer.echo(f"ray: using the running head at {RAY_DASHBOARD}")
         return
     typer.echo("ray: starting a local head (ray start --head)")
     # Its own temp dir: a plain `ray.init()` elsewhere (tests, notebooks) must not attach to the
-    # demo's cluster, which it would through the default /tmp/ray/ray_current_cluster file.
+    # demo's cluster, which it would through the default /tmp/ray/ray_current_cluster file. Its own
+    # free ports for the GCS and the dashboard agent: another Ray on the machine holds the defaults
+    # (6379, 52365), and an agent that cannot bind its port leaves the head up but unable to run a
+    # job ("No available agent to submit job").
     subprocess.run([_bin("ray"), "start", "--head", f"--num-cpus={cpus}", "--include-dashboard=true",
-                    "--dashboard-host=127.0.0.1", "--disable-usage-stats", f"--temp-dir={RAY_TEMP}"],
+                    "--dashboard-host=127.0.0.1", "--disable-usage-stats", f"--temp-dir={RAY_TEMP}",
+                    f"--port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
                    check=True, stdout=subprocess.DEVNULL, env=ray_env())
     for _ in range(60):
         if _http_ok(f"{RAY_DASHBOARD}/api/version"):
