@@ -309,6 +309,10 @@ def store_peak(report: DoctorReport) -> Path:
         peaks["cpu"] = report.cpu_fp32_gflops * 1e9
     for gpu in report.gpus:
         peaks[f"cuda:{gpu.name}"] = gpu.bf16_tflops * 1e12
+    return _store_peaks(peaks)
+
+
+def _store_peaks(peaks: dict[str, float]) -> Path:
     path = peak_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     existing = json.loads(path.read_text()) if path.exists() else {}
@@ -319,8 +323,14 @@ def store_peak(report: DoctorReport) -> Path:
     return path
 
 
-def measured_peak_flops(device: torch.device | str) -> float | None:
-    """The peak stored by `moelab doctor` for this device kind, else the GPU's spec, else None."""
+def measured_peak_flops(device: torch.device | str, measure_missing: bool = False) -> float | None:
+    """The peak stored by `moelab doctor` for this device kind, else the GPU's spec, else None.
+
+    With `measure_missing` a CPU without a stored peak is measured now (about a second) and the
+    result stored, so a first run on a new machine reports MFU. Only for a process that has the
+    machine to itself: ranks measuring at once would each see a fraction of the cores and
+    overstate MFU.
+    """
     device = torch.device(device)
     key = "cpu" if device.type == "cpu" else f"cuda:{torch.cuda.get_device_name(device)}"
     path = peak_file()
@@ -331,6 +341,10 @@ def measured_peak_flops(device: torch.device | str) -> float | None:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         return next((t * 1e12 for k, t, _ in GPU_SPECS if k in name), None)
+    if measure_missing:
+        peak = measure_cpu_fp32_gflops() * 1e9
+        _store_peaks({"cpu": peak})
+        return peak
     return None
 
 

@@ -158,7 +158,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     if backends:  # which GEMM backend each precision mode runs on (auto: TE, native or emulation) and why
         run.event("precision", "; ".join(f"{k} {c['mode']} on {c['backend']} ({c['why']})" for k, c in backends.items()),
                   **{f"{k}_{f}": str(c[f]) for k, c in backends.items() for f in ("mode", "backend")})
-    peak = measured_peak_flops(ctx.device)
+    peak = measured_peak_flops(ctx.device, measure_missing=ctx.world_size == 1)
     train_flops = flops_per_token(cfg.model, tc.seq_len, counts)  # training FLOPs (fwd + bwd) per token
     n_experts = cfg.model.moe.n_routed_experts
     health = RouterHealthMonitor(tc.router_health, n_experts)

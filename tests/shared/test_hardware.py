@@ -105,3 +105,13 @@ def test_doctor_lists_the_measured_routed_expert_paths_and_retune_forgets_them(m
     table = runner.invoke(app, ["doctor", "--quick", "--retune"]).output
     assert "cpu routed-expert path" not in table and epa.cached_entries() == {}
     epa.TUNER.reset()
+
+
+def test_a_cpu_without_a_stored_peak_is_measured_once_when_asked(monkeypatch):
+    """A first training run on a new machine reports MFU: the peak is measured and stored."""
+    calls = []
+    monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: calls.append(1) or 123.0)
+    assert hardware.measured_peak_flops("cpu") is None and not calls  # not asked: nothing measured
+    assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
+    assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
+    assert len(calls) == 1 and json.loads(hardware.peak_file().read_text())["cpu"] == pytest.approx(123e9)
