@@ -46,7 +46,7 @@ from benchmarks.gpu_common import (  # noqa: E402
     time_interleaved,
     write_result,
 )
-from benchmarks.train_step import Shape, build_hf, build_ours, check_same_size, make_step  # noqa: E402
+from benchmarks.train_step import Shape, build_hf, build_ours, check_same_size, make_step, plain_ce  # noqa: E402
 
 PROXY = dict(vocab=131072, d_model=2560, layers=4, heads=20, experts=64, hidden=512, top_k=8, shared=2,
              first_dense=1, q_lora=1024, kv_lora=512, qk_nope=128, qk_rope=64, v_dim=128, seq=4096, batch=1)
@@ -63,10 +63,10 @@ def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> dict:
     ours = ours.to(dtype=low)
 
     def fwd(model, autocast: bool):
-        def run(x):
+        def run(x, y):  # as the trainer runs it: the model computes its own loss from the targets
             with torch.autocast(device.type, dtype=low, enabled=autocast):
-                logits, aux = model(x)
-            return logits, aux["aux_loss"]
+                _, aux = model(x, y)
+            return aux["lm_loss"], aux["aux_loss"]
         return run
 
     out = {"ours": (ours, make_step(ours, fwd(ours, False), ours.update_router_biases)),
@@ -74,7 +74,7 @@ def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> dict:
     for impl in hf_impls:
         with device:
             hf = build_hf(s, dense_hidden, impl).to(dtype=low)
-        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, m=hf: (m(input_ids=x).logits, None)))
+        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, y, m=hf: (plain_ce(m(input_ids=x).logits, y), None)))
     return out
 
 

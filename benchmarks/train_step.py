@@ -192,7 +192,7 @@ def build_torchtitan(s: Shape, dense_hidden: int) -> nn.Module:
     return model
 
 
-def _plain_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def plain_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
@@ -229,7 +229,7 @@ def _ours_system(s: Shape, cpu_gemm: str, fused_ce: bool = True) -> tuple[nn.Mod
             _, aux = ours(x, y)
             return aux["lm_loss"], aux["aux_loss"]
         logits, aux = ours(x)
-        return _plain_ce(logits, y), aux["aux_loss"]
+        return plain_ce(logits, y), aux["aux_loss"]
 
     step = make_step(ours, ours_fwd, ours.update_router_biases)
 
@@ -243,18 +243,18 @@ def _ours_system(s: Shape, cpu_gemm: str, fused_ce: bool = True) -> tuple[nn.Mod
 def systems(s: Shape, hf_impls: list[str]) -> dict[str, tuple[nn.Module, Callable[[torch.Tensor], float]]]:
     ours, ours_step, dense_hidden = _ours_system(s, "auto")
     same_backend, same_backend_step, _ = _ours_system(s, "mkl")
-    plain_ce, plain_ce_step, _ = _ours_system(s, "auto", fused_ce=False)
+    unfused_loss, unfused_loss_step, _ = _ours_system(s, "auto", fused_ce=False)
     out = {"ours": (ours, ours_step), "ours[mkl]": (same_backend, same_backend_step),
-           "ours[plain-ce]": (plain_ce, plain_ce_step)}
+           "ours[plain-ce]": (unfused_loss, unfused_loss_step)}
     for impl in hf_impls:
         hf = build_hf(s, dense_hidden, impl)
-        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, y, m=hf: (_plain_ce(m(input_ids=x).logits, y), None)))
+        out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, y, m=hf: (plain_ce(m(input_ids=x).logits, y), None)))
     try:
         tt = build_torchtitan(s, dense_hidden)
     except ImportError as exc:
         print(f"torchtitan not installed ({exc}); `pip install -e '.[bench]'` to compare", flush=True)
     else:
-        out["torchtitan"] = (tt, make_step(tt, lambda x, y: (_plain_ce(tt(x), y), None)))
+        out["torchtitan"] = (tt, make_step(tt, lambda x, y: (plain_ce(tt(x), y), None)))
     return out
 
 
