@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from shared.config.base import Section
+from shared.config.oracle_model import OracleModelSection
 from shared.config.vllm import VLLMOracleConfig
 
 
@@ -31,19 +32,15 @@ class HeuristicOracleSection(Section):
     )
 
 
-class OpenAIOracleSection(Section):
-    model: str = Field("openai/gpt-oss-120b", description="Model name the endpoint serves.")
+class OpenAIOracleSection(OracleModelSection):
+    """An OpenAI-compatible endpoint (vLLM's `serve`, any hosted API): where it is and how it is called."""
+
     base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key (may be unset).")
     concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once.")
     timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds.")
     max_retries: int = Field(3, ge=0, le=20, description="Retries of a failed request (timeouts, transport errors, 429, 5xx).")
     backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry.")
-    constraint: Literal["json_schema", "vllm_regex"] = Field(
-        "json_schema", description="response_format JSON schema, or vLLM's regex built from the rubric."
-    )
-    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
 
 
 class OracleConfig(Section):
