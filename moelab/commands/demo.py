@@ -51,6 +51,8 @@ class RayHead:
 
 
 DEMO_HEAD = RayHead()
+# SIGTERM to SIGKILL: longer than the 30 s a Ray node drains before it shuts its processes down itself
+STOP_GRACE_S = 45.0
 
 
 def _bin(name: str) -> str:
@@ -81,22 +83,27 @@ def _http_ok(url: str) -> bool:
 
 
 def ensure_ray(root: Path, cpus: int, head: RayHead = DEMO_HEAD) -> None:
+    """Use the head answering at `head.dashboard`, or start one and wait until it is fully up: its
+    dashboard answers before the raylet has joined, and a head stopped then drains for Ray's full
+    30 s. `ray start` writes `<temp dir>/ray_current_cluster` once the node has started."""
     if _http_ok(f"{head.dashboard}/api/version"):
         typer.echo(f"ray: using the running head at {head.dashboard}")
         return
+    started = Path(head.temp_dir) / "ray_current_cluster"
+    started.unlink(missing_ok=True)  # an earlier head's (no head answers): it would read as this one's
     logs = root / "runs"
     logs.mkdir(exist_ok=True)
     typer.echo("ray: starting a local head (ray start --head; log: runs/ray-head.log)")
     with open(logs / "ray-head.log", "ab") as log:
         proc = start_recorded(root / RECORD_FILE, "ray-head", head.start_argv(_bin("ray"), cpus), stdout=log,
                               stderr=subprocess.STDOUT, env=ray_env(head))
-    for _ in range(120):
-        if _http_ok(f"{head.dashboard}/api/version"):
+    for _ in range(240):
+        if started.is_file() and _http_ok(f"{head.dashboard}/api/version"):
             return
         if proc.poll() is not None:
             raise RuntimeError(f"ray start exited with code {proc.returncode}; see runs/ray-head.log")
         time.sleep(0.5)
-    raise RuntimeError(f"the Ray head started but its job server never answered on {head.dashboard}")
+    raise RuntimeError(f"the Ray head did not come up within 120 s (dashboard {head.dashboard}); see runs/ray-head.log")
 
 
 def ensure_tracker(root: Path, port: int) -> str:
@@ -121,7 +128,7 @@ def ensure_tracker(root: Path, port: int) -> str:
 
 def stop_demo(root: Path) -> None:
     """Stop what this directory's demo started (recorded in runs/demo-processes.json), nothing else."""
-    lines = stop_recorded(root / RECORD_FILE)
+    lines = stop_recorded(root / RECORD_FILE, grace_s=STOP_GRACE_S)
     for line in lines:
         typer.echo(line)
     if not lines:
