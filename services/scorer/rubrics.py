@@ -1,7 +1,7 @@
 """Quality rubrics: dimensions, versioned prompt templates and the JSON schema an oracle must answer in.
 
-Two rubrics, from the design notes (../shared/DESIGN.md, after Nemotron-style quality attributes
-and Seed-Coder's code rubric): `general` rates helpfulness, correctness, coherence, complexity and
+Two rubrics, after Nemotron-style quality attributes (HelpSteer2's five, Wang et al. 2024) and
+Seed-Coder's code rubric: `general` rates helpfulness, correctness, coherence, complexity and
 verbosity as integers 0-4; `code` rates readability, modularity, clarity and reusability 0-10.
 Which rubric applies is decided by the source kind: `code` uses the code rubric, web/math/science
 the general one.

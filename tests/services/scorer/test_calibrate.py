@@ -35,8 +35,8 @@ def test_tau_drop_loses_at_most_the_allowed_fraction_of_keepers_and_skips_most_r
 
 
 def test_tau_drop_keeps_its_promise_on_new_documents_not_just_on_the_calibration_keepers():
-    """Over many calibration draws the loss of *fresh* keepers averages at most max_loss; the old
-    in-sample rule (lowest keeper score when 1% of n rounds to 0) lost ~1/(n+1) of them."""
+    """Over many calibration draws the loss of *fresh* keepers averages at most max_loss; the naive
+    in-sample rule (lowest keeper score when 1% of n rounds to 0) loses ~1/(n+1) of them."""
     rng = np.random.default_rng(2)
     fresh = rng.normal(size=200_000)
     for n in (150, 400, 1000):
@@ -44,7 +44,7 @@ def test_tau_drop_keeps_its_promise_on_new_documents_not_just_on_the_calibration
         assert np.mean(losses) <= 0.01 + 0.0015, n
         assert np.mean(losses) == pytest.approx(cal.expected_keeper_loss(n, 0.01), abs=0.0015)
     in_sample = [np.mean(fresh < np.min(rng.normal(size=10))) for _ in range(300)]
-    assert np.mean(in_sample) > 0.07  # the old rule with 10 keepers: ~1/11
+    assert np.mean(in_sample) > 0.07  # the naive rule with 10 keepers: ~1/11
 
 
 def test_tau_drop_without_enough_keepers_skips_nothing():
@@ -120,7 +120,7 @@ def test_f1_and_mae_per_class():
 
 def test_config_defaults_scale_probe_and_judge_layers():
     cfg = ScorerConfig()
-    assert cfg.resolved_layers(24) == (18, 24)  # gpt-oss-20b, design notes
+    assert cfg.resolved_layers(24) == (18, 24)  # gpt-oss-20b: Probe at 18, Judge at 24
     assert cfg.resolved_layers(6) == (5, 6)  # MiniLM, proportional
     assert (cfg.calibration.keep_rate("web"), cfg.calibration.keep_rate("code")) == (0.3, 0.5)
     with pytest.raises(ValueError, match="scorer.probe_layer"):
