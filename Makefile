@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # the benchmark peers (bench extra) are installed too: `slow` tests run every benchmark in quick mode
 PYTEST_FLAGS ?=
 
-.PHONY: install test test-fast test-gpu gpu-wheels lint bench demo clean
+.PHONY: install test test-fast test-gpu gpu-wheels lint bench benchmarks-page demo clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,9 +48,14 @@ gpu-wheels: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-## every benchmark in benchmarks/, each ending with one JSON line
+## every benchmark in benchmarks/, each ending with one JSON line; then docs/benchmarks.md from their results
 bench: install
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) scripts/benchmarks_page.py
+
+## docs/benchmarks.md from the committed results in benchmarks/results/ (standard library only: no install)
+benchmarks-page:
+	$(PYTHON) scripts/benchmarks_page.py
 
 ## the main job on the embedded defaults
 demo: install

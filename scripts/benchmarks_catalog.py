@@ -1,0 +1,92 @@
+"""What the benchmarks page knows about each benchmark beyond its result files (data only).
+
+scripts/benchmarks_page.py renders any result without an entry here; an entry adds what a file
+cannot say about itself: what the benchmark measures and which guide explains it (`WHAT`), the
+command of a result that was not the default run (`COMMANDS`, applied only while the file still
+holds what that run wrote), and the figures shown beside the ratio keys (`HEADLINE`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# What each benchmark measures and which guide explains its figures.
+WHAT: dict[str, tuple[str, str]] = {
+    "moe_layer": ("one MoE layer fwd+bwd (d 512, 64 experts × 128, top-8, 4,096 tokens, fp32) vs HF "
+                  "`DeepseekV3MoE` (its fastest experts implementation) and torchtitan `MoE`", "moe.md"),
+    "train_step": ("one training step (fwd+bwd+AdamW) of a tiny MLA MoE, fp32, vs HF `DeepseekV3ForCausalLM` "
+                   "and torchtitan `DeepSeekV3Model`", "train_step.md"),
+    "router_balance": ("router balance at small batch on `configs/tiny.yaml`: MaxVio and eval loss per arm, "
+                       "one change per arm", "moe.md"),
+    "precision_gap": ("the tiny recipe in bf16 vs emulated fp8/nvfp4 experts, with and without the stability "
+                      "recipe, against a second bf16 initialisation", "precision.md"),
+    "data_filter": ("the filter rules and the whole filter stage on 6,000 real documents vs datatrove 0.10",
+                    "data_filter.md"),
+    "data_quality": ("a planted corpus (real text in many languages, code, planted garbage): removed per "
+                     "planted kind, clean kept per source and language, near-dup curve, F1", "data_filter.md"),
+    "demo_filter": ("the demo's filter stage as `make demo` runs it: funnel per source, planted problems removed",
+                    "data_filter.md"),
+    "scorer": ("early-exit cascade vs Judge-only vs Probe-only on unseen documents: FLOPs saved, keeper loss",
+               "scorer.md"),
+    "scorer_pairs": ("clean document vs its degraded copy, per degradation kind: oracle, Probe, Judge, cascade",
+                     "scorer.md"),
+    "tracker": ("8 clients × 20k points ingest and a 1M-point series query vs an MLflow server (SQLite)",
+                "tracker.md"),
+    "attention": ("fwd+bwd per attention variant over T = 512…4096; fitted exponents of time in T",
+                  "attention.md"),
+    "cpu_gemm": ("one expert's fp32 GEMMs in every orientation: MKL vs oneDNN vs the autotuned choice", "moe.md"),
+    "expert_fusion": ("the routed path fwd+bwd fused vs unfused over 9 shapes, and whether `auto` chose right",
+                      "moe.md"),
+    "tokenize": ("token-shard building (Ray Data and in process) vs the tokenizer's raw batch encode", "data.md"),
+    "ep_overlap": ("the expert all-to-all overlapped with compute vs not, 2 gloo processes", "trainer.md"),
+    "gpu_backbone": ("the scorer backbone in bf16 on a GPU (scripts/gpu_checks.sh)", "gpu-checks.md"),
+    "gpu_fp8": ("native fp8 vs bf16 tokens/s and loss on a GPU (scripts/gpu_checks.sh)", "gpu-checks.md"),
+    "doctor": ("`moelab doctor`: versions and measured matmul, copy and all-reduce peaks", "doctor.md"),
+    "gpu_checks": ("every step of scripts/gpu_checks.sh: exit status and seconds", "gpu-checks.md"),
+    "gpu_train_step": ("a 1–2B proxy training step in bf16 vs HF on a GPU (scripts/gpu_checks.sh)", "gpu-checks.md"),
+}
+
+# Results whose command is not the benchmark's default run (path relative to benchmarks/results):
+# (command, note, what the file must hold for the entry to apply). The condition keeps an entry from
+# describing a rerun made another way: a file that no longer matches gets the default rule.
+COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "precision_gap.json": (
+        "python benchmarks/precision_gap.py",
+        "Written by the benchmark's first harness, whose default was this run (the tiny recipe, 200 steps of "
+        "8 × 128 tokens, 1 thread); the harness has since moved to the real trainer at 3,000 steps, so today's "
+        "command measures something else.", {"steps": 200, "tokens_per_step": 1024}),
+    "precision_gap_steps200_b4x64.json": (
+        "python benchmarks/precision_gap.py --steps 200 --batch 4 --seq 64",
+        "The first harness at 4 × 64 tokens per step; its `--batch` and `--seq` options no longer exist.",
+        {"steps": 200, "tokens_per_step": 256}),
+    "scorer.json": ("python benchmarks/scorer.py --unseen {docs}", "", {"quick": False}),
+    "scorer_pairs.json": ("python benchmarks/scorer_pairs.py --per-group 30", "", {"pairs_per_kind.order": 60}),
+}
+# Results in a folder of their own; `{key}` is filled from the file's top-level keys.
+DIR_COMMANDS: dict[str, tuple[str, str]] = {
+    "router_balance": (
+        "python benchmarks/router_balance.py --recipe {recipe} --steps {steps} --seeds {seeds} --arm NAME=OVERRIDES …",
+        "One `--arm` per arm; these rounds did not record their overrides: "
+        "[router_balance/README.md](../benchmarks/results/router_balance/README.md) decodes the arm names."),
+}
+HEADLINE: dict[str, tuple[str, ...]] = {  # figures shown beside the ratio keys (dotted paths)
+    "precision_gap": ("fp8_gap", "nvfp4_gap", "fp8_gap_no_recipe", "nvfp4_gap_no_recipe", "bf16_seed_spread",
+                      "bf16_seed_spread_no_recipe"),
+    "data_quality": ("f1", "precision", "recall", "clean_kept_min", "near_dup_max_abs_diff", "removed_by_kind"),
+    "data_filter": ("agreement",),
+    "demo_filter": ("seconds", "records", "written"),
+    "scorer": ("flops_saved", "keeper_loss", "keeper_loss_p90", "actor_scaling"),
+    "scorer_pairs": ("accuracy.judge", "accuracy.cascade"),
+    "tracker": ("query_ms", "targets_met"),
+    "router_balance": ("steps", "seeds"),
+}
+# Results of scripts/gpu_checks.sh, committed under benchmarks/results/gpu/<run>/ (docs/gpu-checks.md):
+# step file stem -> (the benchmark it is, the command that step runs).
+GPU_STEPS: dict[str, tuple[str, str]] = {
+    "doctor": ("doctor", "moelab doctor --json"),
+    "moe_layer": ("moe_layer", "python benchmarks/moe_layer.py --gpu --repeats 10"),
+    "train_step": ("gpu_train_step", "python benchmarks/gpu_train_step.py"),
+    "fp8": ("gpu_fp8", "python benchmarks/gpu_fp8.py"),
+    "backbone": ("gpu_backbone", "python benchmarks/gpu_backbone.py"),
+    "summary": ("gpu_checks", "bash scripts/gpu_checks.sh"),
+}
