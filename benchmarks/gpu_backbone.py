@@ -1,6 +1,6 @@
 """The scorer's backbone on a GPU in bf16 vs fp32: documents/s and how far bf16 moves the features.
 
-The production backbone is gpt-oss-20b (24 layers, width 2880; DESIGN.md); no package ships its
+The production backbone is gpt-oss-20b (24 layers, width 2880; docs/scorer.md); no package ships its
 weights and the GPU machines cannot download them, so this builds a randomly initialised
 `GptOssModel` of the same layer shape (width 2880, 64 heads of 64 with 8 KV heads, 32 experts of
 2880 top-4, alternating sliding/full attention) with 4 layers, directly on the GPU, and runs it

@@ -4,7 +4,9 @@ It starts what a cluster would already have — a local Ray head and the tracker
 `python -m cluster.pipeline configs/demo.yaml` with `ray job submit`, streams its progress, and
 prints the summary and the dashboard URL. Both services are left running for the dashboard; a
 second `moelab demo` reuses them, and the pipeline skips every stage that is already finished.
-`moelab demo --stop` stops them.
+`moelab demo --stop` stops the ones this demo started, and nothing else: they are recorded in
+`runs/demo-processes.json` by pid and start time (demo_processes.py); a Ray head or tracker the
+demo found already running is used and left alone.
 """
 
 from __future__ import annotations
@@ -16,12 +18,53 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-RAY_DASHBOARD = "http://127.0.0.1:8265"
-RAY_TEMP = "/tmp/moelab-demo-ray"
+from moelab.commands.demo_processes import RECORD_FILE, start_recorded, stop_recorded
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS's pick for port 0)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class RayHead:
+    """The demo's local Ray head: its own temp dir, so that a plain `ray.init()` elsewhere (tests,
+    notebooks) does not attach to it through the default /tmp/ray/ray_current_cluster file, and,
+    besides the dashboard's 8265 (the address jobs are submitted to), ports nothing else holds when
+    it starts (None: a free one). Another Ray on the machine keeps Ray's defaults (GCS 6379, agent
+    52365, client 10001), and an agent that cannot bind its port leaves the head up but unable to
+    run a job ("No available agent to submit job")."""
+
+    temp_dir: str = "/tmp/moelab-demo-ray"
+    dashboard_port: int = 8265
+    gcs_port: int | None = None
+    agent_port: int | None = None
+    client_port: int | None = None
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start_argv(self, ray: str, cpus: int) -> list[str]:
+        """`ray start --head --block`: the command stays the parent of every head process (and ends
+        them when it gets SIGTERM), which is what lets `--stop` find exactly this head."""
+        gcs, agent, client = (port or free_port() for port in (self.gcs_port, self.agent_port, self.client_port))
+        return [ray, "start", "--head", "--block", f"--num-cpus={cpus}", "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}", f"--port={gcs}",
+                f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
+                "--disable-usage-stats", f"--temp-dir={self.temp_dir}"]
+
+
+DEMO_HEAD = RayHead()
+# SIGTERM to SIGKILL: longer than the 30 s a Ray node drains before it shuts its processes down itself
+STOP_GRACE_S = 45.0
 
 
 def _bin(name: str) -> str:
@@ -29,10 +72,10 @@ def _bin(name: str) -> str:
     return str(local) if local.exists() else (shutil.which(name) or name)
 
 
-def ray_env() -> dict[str, str]:
+def ray_env(head: RayHead = DEMO_HEAD) -> dict[str, str]:
     """Token authentication with the demo's own token (Ray 2.60 turns token auth on by itself when
     ~/.ray/auth_token exists; an explicit token makes the head and every client agree either way)."""
-    token = Path(RAY_TEMP) / "auth_token"
+    token = Path(head.temp_dir) / "auth_token"
     if not token.is_file():
         import secrets
 
@@ -51,32 +94,28 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (the OS's pick for port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def ensure_ray(cpus: int) -> None:
-    if _http_ok(f"{RAY_DASHBOARD}/api/version"):
-        typer.echo(f"ray: using the running head at {RAY_DASHBOARD}")
+def ensure_ray(root: Path, cpus: int, head: RayHead = DEMO_HEAD) -> None:
+    """Use the head answering at `head.dashboard`, or start one and wait until it is fully up: its
+    dashboard answers before the raylet has joined, and a head stopped then drains for Ray's full
+    30 s. `ray start` writes `<temp dir>/ray_current_cluster` once the node has started."""
+    if _http_ok(f"{head.dashboard}/api/version"):
+        typer.echo(f"ray: using the running head at {head.dashboard}")
         return
-    typer.echo("ray: starting a local head (ray start --head)")
-    # Its own temp dir: a plain `ray.init()` elsewhere (tests, notebooks) must not attach to the
-    # demo's cluster, which it would through the default /tmp/ray/ray_current_cluster file. Its own
-    # free ports for the GCS and the dashboard agent: another Ray on the machine holds the defaults
-    # (6379, 52365), and an agent that cannot bind its port leaves the head up but unable to run a
-    # job ("No available agent to submit job").
-    subprocess.run([_bin("ray"), "start", "--head", f"--num-cpus={cpus}", "--include-dashboard=true",
-                    "--dashboard-host=127.0.0.1", "--disable-usage-stats", f"--temp-dir={RAY_TEMP}",
-                    f"--port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
-                   check=True, stdout=subprocess.DEVNULL, env=ray_env())
-    for _ in range(60):
-        if _http_ok(f"{RAY_DASHBOARD}/api/version"):
+    started = Path(head.temp_dir) / "ray_current_cluster"
+    started.unlink(missing_ok=True)  # an earlier head's (no head answers): it would read as this one's
+    logs = root / "runs"
+    logs.mkdir(exist_ok=True)
+    typer.echo("ray: starting a local head (ray start --head; log: runs/ray-head.log)")
+    with open(logs / "ray-head.log", "ab") as log:
+        proc = start_recorded(root / RECORD_FILE, "ray-head", head.start_argv(_bin("ray"), cpus), stdout=log,
+                              stderr=subprocess.STDOUT, env=ray_env(head))
+    for _ in range(240):
+        if started.is_file() and _http_ok(f"{head.dashboard}/api/version"):
             return
-        time.sleep(1)
-    raise RuntimeError("the Ray head started but its job server never answered on port 8265")
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start exited with code {proc.returncode}; see runs/ray-head.log")
+        time.sleep(0.5)
+    raise RuntimeError(f"the Ray head did not come up within 120 s (dashboard {head.dashboard}); see runs/ray-head.log")
 
 
 def ensure_tracker(root: Path, port: int) -> str:
@@ -88,13 +127,25 @@ def ensure_tracker(root: Path, port: int) -> str:
     logs.mkdir(exist_ok=True)
     typer.echo(f"tracker: starting on {url} (log: runs/tracker.log)")
     with open(logs / "tracker.log", "ab") as log:
-        subprocess.Popen([_bin("moelab"), "tracker", "serve", "--port", str(port)], cwd=root, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_recorded(root / RECORD_FILE, "tracker", [_bin("moelab"), "tracker", "serve", "--port", str(port)],
+                              cwd=root, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(60):
         if _http_ok(f"{url}/healthz"):
             return url
+        if proc.poll() is not None:
+            raise RuntimeError(f"the tracker exited with code {proc.returncode}; see runs/tracker.log")
         time.sleep(0.5)
     raise RuntimeError(f"the tracker did not come up on {url}; see runs/tracker.log")
+
+
+def stop_demo(root: Path) -> None:
+    """Stop what this directory's demo started (recorded in runs/demo-processes.json), nothing else."""
+    lines = stop_recorded(root / RECORD_FILE, grace_s=STOP_GRACE_S)
+    for line in lines:
+        typer.echo(line)
+    if not lines:
+        typer.echo(f"nothing to stop: {RECORD_FILE} records no process this demo started (a Ray head or tracker "
+                   "the demo found already running is not its to stop)")
 
 
 def _token(root: Path) -> str | None:
@@ -135,25 +186,24 @@ def register(app: typer.Typer) -> None:
         config: str = typer.Option("configs/demo.yaml", "--config", help="Pipeline config to submit."),
         port: int = typer.Option(8000, "--port", help="Tracker port."),
         cpus: int = typer.Option(2, "--cpus", help="CPUs for the local Ray head."),
-        stop: bool = typer.Option(False, "--stop", help="Stop the local Ray head and tracker the demo started."),
+        stop: bool = typer.Option(False, "--stop", help="Stop the Ray head and tracker this demo started (nothing else)."),
     ) -> None:
         """Run the whole data-to-model pipeline on the demo corpus as a `ray job submit`."""
         root = Path.cwd()
         if stop:
-            subprocess.run([_bin("ray"), "stop"], check=False, env={**ray_env(), "RAY_TMPDIR": RAY_TEMP})
-            subprocess.run(["pkill", "-f", "moelab tracker serve"], check=False)
+            stop_demo(root)
             return
-        ensure_ray(cpus)
+        ensure_ray(root, cpus)
         tracker_url = ensure_tracker(root, port)
         env = {"MOELAB_TRACKER_TOKEN": _token(root) or "", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
         runs = root / "runs"
-        cmd = [_bin("ray"), "job", "submit", "--address", RAY_DASHBOARD, "--working-dir", str(root),
+        cmd = [_bin("ray"), "job", "submit", "--address", DEMO_HEAD.dashboard, "--working-dir", str(root),
                "--runtime-env-json", json.dumps({"env_vars": env}), "--",
                sys.executable, "-m", "cluster.pipeline", config, f"train.out_dir={runs}",
                f"tracker.url={tracker_url}", f"tracker.spool_dir={runs / 'spool'}"]
         typer.echo("submitting: " + " ".join(cmd[:6]) + " … -- python -m cluster.pipeline " + config)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**ray_env(), "RAY_ADDRESS": RAY_DASHBOARD})
+                                env={**ray_env(), "RAY_ADDRESS": DEMO_HEAD.dashboard})
         last_json = None
         for line in proc.stdout:
             sys.stdout.write(line)

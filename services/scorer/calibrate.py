@@ -2,7 +2,7 @@
 
 - τ_keep per source: the (1 − target) quantile of the Judge's aggregate quality on held-out
   labelled documents of that source, so the realised keep rate hits the target (defaults ≈30%
-  web, ≈50% code/math/science, from the design notes).
+  web, ≈50% code/math/science: `scorer.calibration.keep_rate_<kind>`).
 - τ_drop on the Probe margin `probe_quality − τ_keep(source)`: the largest margin threshold whose
   loss of the documents the Judge alone would keep, on documents it was not fitted on, is at
   most `max_keeper_loss` (default 1%) with probability `keeper_loss_confidence` (default 0.9;

@@ -142,7 +142,25 @@ def pair_accuracy(q: np.ndarray, h: HeldOut) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in sorted(hits.items())}
 
 
-def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg, report: dict) -> dict:
+def _source_keep_rates(h: HeldOut, f: Fit, ccfg, keepers: np.ndarray, oracle_q: np.ndarray) -> tuple[dict, np.ndarray]:
+    """Per source of a rubric's clean held-out documents: the target keep rate, the rate the fitted
+    τ_keep realises there and on the calibration documents; and which documents the oracle keeps at
+    the same rate (the reference the F1 at keep is measured against)."""
+    src, kinds = h.sources[h.clean], h.kinds[h.clean]
+    rates, oracle_keep = {}, np.zeros(len(oracle_q), dtype=bool)
+    for s in sorted(set(src.tolist())):
+        m = src == s
+        rate = ccfg.keep_rate(kinds[m][0])
+        oracle_keep[m] = oracle_q[m] >= cal.tau_for_keep_rate(oracle_q[m], rate)
+        in_fit = f.sources == s
+        rates[s] = {"target": rate, "realised": float(keepers[m].mean()), "n": int(m.sum()),
+                    "realised_calibration": float(f.keeps(f.judge_q[in_fit], f.sources[in_fit], f.kinds[in_fit]).mean())
+                    if in_fit.any() else None}
+    return rates, oracle_keep
+
+
+def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg) -> tuple[dict, dict]:
+    """One rubric's agreement with the oracle on its clean held-out documents, and its sources' keep rates."""
     rub, c = RUBRICS[name], h.clean
     y, pp, jp, lp = h.y[c], h.probe_pred[c], h.judge_pred[c], h.length_pred[c]
     pq_, jq_, src, kinds = h.probe_q[c], h.judge_q[c], h.sources[c], h.kinds[c]
@@ -150,16 +168,7 @@ def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg, report: dict) -> dict:
           (("probe", pp), ("judge", jp), ("length_baseline", lp))}
     oq = y.mean(1)
     keepers = f.keeps(jq_, src, kinds)
-    oracle_keep = np.zeros(len(oq), dtype=bool)
-    for s in sorted(set(src.tolist())):
-        m = src == s
-        rate = ccfg.keep_rate(kinds[m][0])
-        oracle_keep[m] = oq[m] >= cal.tau_for_keep_rate(oq[m], rate)
-        in_fit = f.sources == s
-        report["keep_rate"][s] = {"target": rate, "realised": float(keepers[m].mean()), "n": int(m.sum()),
-                                  "realised_calibration": float(f.keeps(f.judge_q[in_fit], f.sources[in_fit],
-                                                                        f.kinds[in_fit]).mean())
-                                  if in_fit.any() else None}
+    keep_rates, oracle_keep = _source_keep_rates(h, f, ccfg, keepers, oq)
     tau_drop = f.thresholds.drop_threshold(name)
     skipped = cal.drop_mask(f.thresholds, pq_, src, kinds, [name] * len(pq_))
     return {
@@ -176,7 +185,7 @@ def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg, report: dict) -> dict:
         "tau_drop": tau_drop,
         "judge_passes_skipped": float(skipped.mean()) if len(skipped) else 0.0,
         "keeper_loss": float((skipped & keepers).sum() / max(1, keepers.sum())),
-    }
+    }, keep_rates
 
 
 def build_report(cfg, f: Fit, held: dict[str, HeldOut]) -> dict:
@@ -195,7 +204,8 @@ def build_report(cfg, f: Fit, held: dict[str, HeldOut]) -> dict:
                                     "keeper_loss_p90": {r: cal.expected_keeper_loss(n, ccfg.max_keeper_loss, 0.9, conf)
                                                         for r, n in fitted_keepers.items()}}}
     for name, h in held.items():
-        report["rubrics"][name] = _rubric_report(name, h, f, ccfg, report)
+        report["rubrics"][name], keep_rates = _rubric_report(name, h, f, ccfg)
+        report["keep_rate"].update(keep_rates)
     report["tau_keep"], report["tau_drop"] = th.tau_keep, th.tau_drop
     return report
 

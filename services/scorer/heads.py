@@ -1,4 +1,4 @@
-"""Probe and Judge heads (design: "Quality rubric"), over the windows of a whole document (windows.py).
+"""Probe and Judge heads over the windows of a whole document (windows.py).
 
 Probe: masked mean-pool of the layer-L_probe states of every token it reads → Linear(width + 2 →
 n_dims), the extra inputs being the document's `doc_stats` (log length, fraction of tokens in a
@@ -26,7 +26,8 @@ readout → LayerNorm → Linear(→ n_dims), built as a residual over a probe:
   Spearman vs the Probe's 0.65, docs/LOG.md).
 - `out` is zero-initialised (ReZero/ControlNet-style), so the Judge starts as exactly a linear
   probe and the encoder learns a correction; with a random `out` the encoder's initial output
-  swamps the skip and early stopping fires before either recovers (0.61 vs 0.73 measured).
+  swamps the skip and early stopping fires before either recovers (0.614 vs 0.761 in the
+  ablations of docs/LOG.md).
 - The position buckets (eighths of the document and one for its final token) let attention tell
   an ending from a middle (an unfinished last sentence), which a mean-pool cannot.
 The cascade already holds the layer-L_probe states of every document that reaches the Judge, so

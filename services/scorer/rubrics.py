@@ -1,7 +1,7 @@
 """Quality rubrics: dimensions, versioned prompt templates and the JSON schema an oracle must answer in.
 
-Two rubrics, from the design notes (../shared/DESIGN.md, after Nemotron-style quality attributes
-and Seed-Coder's code rubric): `general` rates helpfulness, correctness, coherence, complexity and
+Two rubrics, after Nemotron-style quality attributes (HelpSteer2's five, Wang et al. 2024) and
+Seed-Coder's code rubric: `general` rates helpfulness, correctness, coherence, complexity and
 verbosity as integers 0-4; `code` rates readability, modularity, clarity and reusability 0-10.
 Which rubric applies is decided by the source kind: `code` uses the code rubric, web/math/science
 the general one.
@@ -21,6 +21,8 @@ from functools import cached_property
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from shared.config.kinds import SOURCE_KINDS
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 
@@ -101,11 +103,16 @@ class Rubric:
 GENERAL = Rubric("general", 1, ("helpfulness", "correctness", "coherence", "complexity", "verbosity"), 4)
 CODE = Rubric("code", 1, ("readability", "modularity", "clarity", "reusability"), 10)
 RUBRICS = {r.name: r for r in (GENERAL, CODE)}
-KINDS = ("web", "code", "math", "science")
 
 
 def rubric_for(kind: str) -> Rubric:
     """The rubric a source kind uses: code → code rubric; web/math/science → general rubric."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown source kind {kind!r}; expected one of {KINDS} (set data.inputs[].kind)")
+    if kind not in SOURCE_KINDS:
+        raise ValueError(f"unknown source kind {kind!r}; expected one of {SOURCE_KINDS} (set data.inputs[].kind)")
     return CODE if kind == "code" else GENERAL
+
+
+def kind_of_source(source: str, kinds: dict[str, str]) -> str:
+    """A document's kind from its source name: the kind `data.inputs` gives that source, else the
+    name itself where it names a kind (documents written without a configured input), else web."""
+    return kinds.get(source, source if source in SOURCE_KINDS else "web")

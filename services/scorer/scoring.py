@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from services.scorer.io import write_json_atomic, write_parquet_atomic
+from services.scorer.rubrics import kind_of_source
 
 SCORE_COLUMNS = ("probe_quality", "judge_quality", "quality", "keep", "judge_skipped", "read_fraction")
 
@@ -63,7 +64,7 @@ class ScorerActor:
             os._exit(1)  # fault injection for the resume test: die mid-batch, once
         texts = [t or "" for t in batch.column("text").to_pylist()]
         sources = batch.column("source").to_pylist() if "source" in batch.column_names else ["web"] * len(texts)
-        kinds = [self.kinds.get(s, s if s in ("web", "code", "math", "science") else "web") for s in sources]
+        kinds = [kind_of_source(s, self.kinds) for s in sources]
         res = self.scorer.score(texts, kinds, sources, mode="cascade")
         for name in SCORE_COLUMNS:
             arr = res[name]

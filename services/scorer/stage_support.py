@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from services.scorer.features import cached_extract, extract
 from services.scorer.io import read_docs, write_json_atomic
-from services.scorer.rubrics import RUBRICS
+from services.scorer.rubrics import RUBRICS, kind_of_source
 
 LABELS_FILE = "labels.parquet"
 FAILURES_FILE = "label_failures.parquet"
@@ -51,7 +51,7 @@ def docs_from_table(table: pa.Table, kinds: dict[str, str]) -> list[dict]:
     kind_col = table.column("kind").to_pylist() if "kind" in cols else None
     docs = []
     for i, (doc_id, text, src) in enumerate(zip(ids, texts, sources, strict=True)):
-        kind = kind_col[i] if kind_col else kinds.get(src, src if src in ("web", "code", "math", "science") else "web")
+        kind = kind_col[i] if kind_col else kind_of_source(src, kinds)
         docs.append({"id": str(doc_id), "text": text or "", "source": src, "kind": kind})
     return docs
 

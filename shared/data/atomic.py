@@ -1,7 +1,7 @@
 """Atomic file writes: a temp file in the same folder, fsync, then `os.replace`.
 
 Why: a killed run must never leave a half-written shard or manifest that a rerun takes for a
-finished one (DESIGN principle 5). `os.replace` is atomic within one file system, which is all a
+finished one (nothing lost, nothing half-written). `os.replace` is atomic within one file system, which is all a
 killed process needs. `durable=True` also fsyncs before the rename, for files whose loss after an
 OS crash would go unnoticed (completion records, manifests). Bulk shard data skips the fsync (it
 cost ~10% of shard-building time in benchmarks/tokenize.py) because a rerun checks every shard's

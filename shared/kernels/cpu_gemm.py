@@ -3,9 +3,10 @@
 torch's CPU `mm` and `F.linear` call MKL; oneDNN's matmul, also linked into torch, is reached
 through `torch.ops.mkldnn._linear_pointwise` (the op torch's own compiler emits for CPU linears;
 it takes ordinary strided tensors, transposed views included). Which is faster depends on the
-machine and the product's shape: oneDNN ran 2.05× MKL on an AMD Zen 5, where MKL takes its AVX2
-code, and 0.4–1.15× MKL on an Intel Sapphire Rapids, where MKL runs AVX-512
-(`shared.kernels.gemm_autotune` measures it per machine and shape class and caches the result).
+machine and the product's shape: MKL picks its kernels by CPU vendor (its AVX2 code on AMD
+processors, AVX-512 ones included), oneDNN by instruction set alone, so either library can win by
+a wide margin (the measurements: docs/moe.md, "fp32 GEMMs"). `shared.kernels.gemm_autotune`
+measures it per machine and shape class and caches the result.
 
 `mm_nt(a, b)` = a @ b.T for 2-D fp32 CPU tensors, on the library `MOELAB_CPU_GEMM` selects:
 `auto` (the default: the measured choice for the product's class), `mkl` (always torch's `mm`,

@@ -16,10 +16,9 @@ The arithmetic is that of the unfused path (same products, same SiLU, the routin
 hidden activation, `index_add_` in assignment order), so runs stay bitwise reproducible on CPU;
 outputs and gradients agree with the naive per-token reference to 1e-5 (tests/shared/kernels).
 Its GEMMs go through `shared.kernels.cpu_gemm`, each on the library measured fastest for its shape
-class on this machine (oneDNN ran 2.2× torch's `mm` on AMD processors, where MKL runs its AVX2
-code, and slower than it on an Intel Sapphire Rapids); every call site says which size varies
-with the routing (`vary`), so oneDNN is judged with a new primitive per row count, as it runs
-here. Weight gradients are written by the GEMM straight into their expert's slice, and the input
+class on the machine it runs on (MKL or oneDNN: which wins depends on the CPU, docs/moe.md); every
+call site says which size varies with the routing (`vary`), so oneDNN is judged with a new
+primitive per row count, as it runs here. Weight gradients are written by the GEMM straight into their expert's slice, and the input
 gradient's second GEMM accumulates into the first's result (no copies, no addition pass).
 One host sync reads the per-expert counts, as in the `loop` backend. It does not go through the
 `gmm` seam, so precision wrappers (bf16/fp8/nvfp4 emulation, transformer-engine) use the unfused

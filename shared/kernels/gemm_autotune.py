@@ -198,7 +198,7 @@ def time_gemms(gemms: dict[str, Callable[[Tensor, Tensor], Tensor]], a: Tensor, 
 
 def machine_is_busy() -> bool:
     """More runnable work than cores: the 1-minute load average above the cores this process may
-    use, plus one. Timings taken then measure the scheduler more than the code: on this session's
+    use, plus one. Timings taken then measure the scheduler more than the code: on a shared
     2-core machine at load 5–37 the tuner handed weight-gradient classes to oneDNN that ran at
     0.56–0.66× MKL once the load fell (a 2-thread GEMM waits for whichever thread is descheduled,
     and the two libraries split small products over threads differently)."""

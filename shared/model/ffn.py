@@ -3,8 +3,8 @@
 Used for the first `first_k_dense` layers, for the shared experts, and for the whole FFN of the
 dense twin (`model.ffn = dense`), whose width matches the MoE's active experts. Its linears are
 `shared.kernels.cpu_gemm.Linear`: `nn.Linear`s whose fp32 CPU GEMMs each run on the library the
-autotune measured fastest on this machine (oneDNN ran 2.2× torch's `mm` on AMD processors, MKL is
-the faster on Intel ones), so the shared experts keep pace with the fused routed experts and the
+autotune measured fastest on the machine (MKL or oneDNN: which wins depends on the CPU,
+docs/moe.md), so the shared experts keep pace with the fused routed experts and the
 dense twin gets the same GEMMs as the MoE it is compared with.
 """
 

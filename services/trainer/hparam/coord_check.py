@@ -38,7 +38,7 @@ from tqdm import tqdm
 from services.trainer.data import prepare_shards, train_loader, with_parquet_documents
 from services.trainer.hparam.fit import fit_power_law
 from services.trainer.hparam.proxy import proxy_config
-from services.trainer.loop import lm_loss
+from services.trainer.step import lm_loss
 from shared.config import ExperimentConfig
 from shared.config.loader import validate
 from shared.model import MoETransformer

@@ -13,7 +13,7 @@ Three paths compute the same function:
   rescales the output by sigmoid(lse - sink), which equals adding exp(sink) to the denominator.
 - `blocked` (default elsewhere): queries in blocks of `block`, each attending to its block plus the
   w-1 keys before it, gathered with `unfold` — O(T·(w + block)) time and memory. FlexAttention has
-  no backward on CPU (docs/DEPENDENCY-NOTES), so this is the CPU training path.
+  no backward on CPU (docs/attention.md), so this is the CPU training path.
 - `dense`: SDPA with a (T, T) mask; quadratic, kept as the plain reference that tests compare to.
 """
 

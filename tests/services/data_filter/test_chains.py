@@ -7,39 +7,32 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from pydantic import Field
 from typer.testing import CliRunner
 
 from moelab.cli import app
 from services.data_filter.accounting import Chain
-from services.data_filter.filters import FILTERS, Doc, Filter, build_chain, register_filter
+from services.data_filter.filters import FILTERS, Doc, build_chain, register_filter
+from services.data_filter.pipeline import run
 from shared.config.chains import ChainConfig
 from shared.config.data import DataConfig
-from shared.config.filters import FILTER_SETTINGS, FilterSettings
+from shared.config.filters import FILTER_SETTINGS
 from shared.config.kinds import SOURCE_KINDS
 from shared.config.loader import ConfigError, load_config
 from tests.services.data_filter import realtext
+from tests.services.data_filter.shout_filter import ShoutFilter
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-class ShoutSettings(FilterSettings):
-    enabled: bool = Field(False, description="Toy filter for the registry test.")
-    max_upper_ratio: float = Field(0.5, ge=0, le=1, description="Most upper-case letters per letter.")
-
-
-class ShoutFilter(Filter):
-    """A toy filter registered from a test module: removes documents written in capitals."""
-
-    name = "shout"
-    reasons = ("too_much_upper_case",)
-    settings = ShoutSettings
-
-    def check(self, doc: Doc) -> str | None:
-        letters = [c for c in doc.text if c.isalpha()]
-        upper = sum(c.isupper() for c in letters) / max(len(letters), 1)
-        return "too_much_upper_case" if upper > self.settings_for(doc).max_upper_ratio else None
+@pytest.fixture
+def shout():
+    """The toy filter of `shout_filter.py`, registered with its one line and taken out afterwards."""
+    register_filter(ShoutFilter, before="toxicity")
+    yield ShoutFilter
+    FILTER_SETTINGS.pop("shout")
+    FILTERS.pop("shout")
 
 
 def test_every_registered_setting_has_a_filter_class_and_chains_follow_registry_order():
@@ -49,20 +42,31 @@ def test_every_registered_setting_has_a_filter_class_and_chains_follow_registry_
     assert names[:3] == ["normalize", "length", "language"] and "perplexity" not in names  # fitted: a later pass
 
 
-def test_a_toy_filter_registered_from_a_test_module_runs_in_a_chain():
-    register_filter(ShoutFilter, before="toxicity")
-    try:
-        cfg = load_config(None, ["data.filter.chains.web.shout.enabled=true", "data.filter.chains.web.language.enabled=false"])
-        chain = build_chain(cfg.data.filter.chains["web"])
-        assert [f.name for f in chain].index("shout") == [f.name for f in chain].index("fineweb") + 1
-        text = realtext.prose_doc(6, start=40)
-        assert Chain(chain).run(Doc("a", text, "s")) is None
-        assert Chain(chain).run(Doc("b", text.upper(), "s")) == ("shout", "too_much_upper_case")
-        with pytest.raises(ConfigError, match="chains.web.shout.max_upper_ratio = 2"):
-            load_config(None, ["data.filter.chains.web.shout.max_upper_ratio=2"])
-    finally:
-        FILTER_SETTINGS.pop("shout")
-        FILTERS.pop("shout")
+def test_a_toy_filter_registered_from_a_test_module_runs_in_a_chain(shout):
+    cfg = load_config(None, ["data.filter.chains.web.shout.enabled=true", "data.filter.chains.web.language.enabled=false"])
+    chain = build_chain(cfg.data.filter.chains["web"])
+    assert [f.name for f in chain].index("shout") == [f.name for f in chain].index("fineweb") + 1
+    text = realtext.prose_doc(6, start=40)
+    assert Chain(chain).run(Doc("a", text, "s")) is None
+    assert Chain(chain).run(Doc("b", text.upper(), "s")) == ("shout", "too_much_upper_case")
+    with pytest.raises(ConfigError, match="chains.web.shout.max_upper_ratio = 2"):
+        load_config(None, ["data.filter.chains.web.shout.max_upper_ratio=2"])
+
+
+def test_a_toy_filter_registered_from_a_test_module_removes_its_documents_in_the_real_stage(shout, tmp_path):
+    """The filter stage as `moelab data filter` runs it (readers, chains, dedup, shards, stats):
+    the registered filter is configured like a built-in one and its removals are counted by reason."""
+    docs = [{"id": f"doc-{i}", "text": realtext.prose_doc(3, start=i * 3)} for i in range(12)]
+    docs += [{"id": f"loud-{i}", "text": d["text"].upper()} for i, d in enumerate(docs[:4])]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    data = DataConfig.model_validate({
+        "inputs": [{"name": "src", "kind": "web", "paths": [str(path)]}],
+        "filter": {"workers": 0, "chains": {"web": {"shout": {"enabled": True}, "language": {"enabled": False}}}}})
+    stats = run(data, tmp_path / "out")
+    assert stats["sources"]["src"]["removed"]["shout:too_much_upper_case"] == 4
+    kept = {i for p in (tmp_path / "out").glob("part-*.parquet") for i in pq.read_table(p, columns=["id"]).column("id").to_pylist()}
+    assert kept and not any(i.startswith("loud-") for i in kept)
 
 
 def test_one_chain_in_a_recipe_changes_one_field_and_keeps_every_other_kind():
@@ -120,7 +124,6 @@ def test_the_documented_recipe_runs_as_written(tmp_path, monkeypatch):
     import gzip
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
     import zstandard
 
     monkeypatch.chdir(tmp_path)

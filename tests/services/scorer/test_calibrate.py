@@ -35,8 +35,8 @@ def test_tau_drop_loses_at_most_the_allowed_fraction_of_keepers_and_skips_most_r
 
 
 def test_tau_drop_keeps_its_promise_on_new_documents_not_just_on_the_calibration_keepers():
-    """Over many calibration draws the loss of *fresh* keepers averages at most max_loss; the old
-    in-sample rule (lowest keeper score when 1% of n rounds to 0) lost ~1/(n+1) of them."""
+    """Over many calibration draws the loss of *fresh* keepers averages at most max_loss; the naive
+    in-sample rule (lowest keeper score when 1% of n rounds to 0) loses ~1/(n+1) of them."""
     rng = np.random.default_rng(2)
     fresh = rng.normal(size=200_000)
     for n in (150, 400, 1000):
@@ -44,7 +44,7 @@ def test_tau_drop_keeps_its_promise_on_new_documents_not_just_on_the_calibration
         assert np.mean(losses) <= 0.01 + 0.0015, n
         assert np.mean(losses) == pytest.approx(cal.expected_keeper_loss(n, 0.01), abs=0.0015)
     in_sample = [np.mean(fresh < np.min(rng.normal(size=10))) for _ in range(300)]
-    assert np.mean(in_sample) > 0.07  # the old rule with 10 keepers: ~1/11
+    assert np.mean(in_sample) > 0.07  # the naive rule with 10 keepers: ~1/11
 
 
 def test_tau_drop_without_enough_keepers_skips_nothing():
@@ -120,7 +120,7 @@ def test_f1_and_mae_per_class():
 
 def test_config_defaults_scale_probe_and_judge_layers():
     cfg = ScorerConfig()
-    assert cfg.resolved_layers(24) == (18, 24)  # gpt-oss-20b, design notes
+    assert cfg.resolved_layers(24) == (18, 24)  # gpt-oss-20b: Probe at 18, Judge at 24
     assert cfg.resolved_layers(6) == (5, 6)  # MiniLM, proportional
     assert (cfg.calibration.keep_rate("web"), cfg.calibration.keep_rate("code")) == (0.3, 0.5)
     with pytest.raises(ValueError, match="scorer.probe_layer"):
@@ -149,3 +149,32 @@ def test_calibration_sends_one_reliability_diagram_per_rubric_and_head():
     assert calls == [("general/judge", 3, 3), ("general/probe", 3, 3)]  # clean documents only
     acc = pair_accuracy(np.array([0.9, 0.1, 0.2, 0.5, 0.7, 0.7]), h)
     assert acc == {"order": 0.0, "spam": 0.5}  # a tie counts as an error
+
+
+def test_the_report_gives_every_source_its_target_and_realised_keep_rate_on_clean_held_out_documents():
+    from services.scorer.calibrate_stage import Fit, HeldOut, build_report
+
+    cfg = load_config(None)
+    rng = np.random.default_rng(0)
+
+    def held(n: int, sources: list[str], kind: str, dims: int) -> HeldOut:
+        y = rng.integers(0, 5, size=(n, dims)) / 4
+        return HeldOut(y, y + rng.normal(0, 0.2, y.shape), y + rng.normal(0, 0.1, y.shape), y + 0.05, ["t"] * n,
+                       np.array(sources)[rng.integers(0, len(sources), n)], np.array([kind] * n),
+                       np.array([f"g{i // 2}" for i in range(n)]), np.where(rng.uniform(size=n) < 0.2, "spam", ""))
+
+    held_out = {"general": held(200, ["wiki", "forum"], "web", 5), "code": held(120, ["py"], "code", 4)}
+    cat = lambda f: np.concatenate([f(h) for h in held_out.values()])  # noqa: E731
+    judge_q, sources, kinds = cat(lambda h: h.judge_q), cat(lambda h: h.sources), cat(lambda h: h.kinds)
+    th = cal.fit_thresholds(judge_q, cat(lambda h: h.probe_q), sources, kinds, np.array(["general"] * 200 + ["code"] * 120),
+                            cfg.scorer.calibration.keep_rate, 0.05)
+    report = build_report(cfg, Fit(th, "test", judge_q, sources, kinds), held_out)
+    assert list(report["keep_rate"]) == ["forum", "wiki", "py"]  # rubric order, sources sorted within
+    for name, h in held_out.items():
+        assert report["rubrics"][name]["n_test"] == h.clean.sum() and report["rubrics"][name]["n_test_degraded"] == (~h.clean).sum()
+        for source in set(h.sources.tolist()):
+            m = h.clean & (h.sources == source)
+            rate = report["keep_rate"][source]
+            assert rate["n"] == m.sum() and rate["target"] == cfg.scorer.calibration.keep_rate(h.kinds[0])
+            assert rate["realised"] == np.mean(h.judge_q[m] >= th.tau_keep[source])
+            assert rate["realised_calibration"] == np.mean(judge_q[sources == source] >= th.tau_keep[source])

@@ -64,7 +64,7 @@ def test_label_train_calibrate_score_and_judge_beats_probe_beats_length_baseline
     # enough keepers for a finite τ_drop (a margin below τ_keep, so usually negative): the cascade skips work
     assert all(math.isfinite(r["tau_drop"]) for r in report["rubrics"].values())
     assert report["compute"]["judge_passes_skipped"] > 0
-    # ~50 held-out keepers can only catch a gross failure of the ≤ 1% promise (the old in-sample
+    # ~50 held-out keepers can only catch a gross failure of the ≤ 1% promise (a naive in-sample
     # τ_drop lost ~9% of new keepers); the promise itself is tested in test_calibrate.py
     assert report["compute"]["keeper_loss"] <= 0.10 and report["compute"]["flops_saved"] > 0
     assert all(p <= 0.03 for p in report["calibration"]["keeper_loss_p90"].values())

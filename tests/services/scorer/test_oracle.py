@@ -118,7 +118,7 @@ def test_backend_sections_and_registry():
     built = make_oracle(cfg)
     assert isinstance(built, HeuristicOracle) and built.is_stand_in
     assert OracleConfig(backend="openai", openai={"concurrency": 3}).backend_section().concurrency == 3
-    with pytest.raises(ConfigError, match="concurrency"):  # the flat key of the old layout is refused
+    with pytest.raises(ConfigError, match="concurrency"):  # a flat key is refused: concurrency is the openai section's
         load_config("configs/demo.yaml", ["scorer.oracle.concurrency=4"])
 
 

@@ -12,10 +12,6 @@ from services.trainer.loop import TrainingStopped
 from tests.services.trainer.conftest import tiny_cfg
 
 
-def _losses(run_dir):
-    return run_dir
-
-
 def test_single_process_run_trains_evaluates_and_checkpoints(tmp_path, doc_globs):
     cfg = tiny_cfg(tmp_path, doc_globs, "train.steps=12", "train.checkpoint_every=6")
     result = run_local(cfg)
