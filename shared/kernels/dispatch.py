@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from shared.kernels.expert_path_autotune import TUNER as PATH_TUNER
 from shared.kernels.expert_threads import explicit_setting, use_expert_threads
 from shared.kernels.fused_experts import fused_routed_experts
 from shared.kernels.grouped_mm import grouped_mm
@@ -132,9 +133,9 @@ FUSE_MIN_EXPERT_MACS = 1 << 21
 
 
 def expert_path(backend: str, x_TD: Tensor, n_assignments: int, w1_EFD: Tensor, gmm: GroupedMM) -> str:
-    """How the routed path runs: `loop` (unfused), `fused` or `fused-concurrent` (per expert,
-    `shared.kernels.fused_experts`; concurrent: in one single-threaded group per core), or `fused`
-    with its concurrency left to `shared.kernels.expert_threads`'s rule (`fused-rules`).
+    """How the routed path runs: `loop` (unfused); `fused` (per expert, `shared.kernels.fused_experts`,
+    the experts one after another); `fused-concurrent` (the same, one single-threaded group of
+    experts per core); or `fused-rules` (fused, its concurrency left to `shared.kernels.expert_threads`).
 
     `fused` asks for the fused path. `auto` on CPU fp32 takes the way measured fastest for this
     machine and layer shape (`shared.kernels.expert_path_autotune`), or the fixed rules where it is
@@ -151,9 +152,7 @@ def expert_path(backend: str, x_TD: Tensor, n_assignments: int, w1_EFD: Tensor, 
     T = x_TD.shape[0]
     K = n_assignments // T if T else 0
     if x_TD.dtype == torch.float32 and w1_EFD.dtype == torch.float32 and 1 <= K <= E and K * T == n_assignments:
-        from shared.kernels.expert_path_autotune import TUNER
-
-        way = TUNER.way(T, D, F, E, K)
+        way = PATH_TUNER.way(T, D, F, E, K)
         if way is not None:
             return way
     return "fused-rules" if n_assignments / E * D * F > FUSE_MIN_EXPERT_MACS else "loop"
