@@ -52,11 +52,15 @@ def _forward_experts(experts: range, ctx, x_TD: Tensor, w1_EFD: Tensor, w3_EFD: 
         ctx.h1s[e], ctx.h3s[e] = h1, h3
 
 
-def _backward_experts(experts: range, ctx, dout_TD: Tensor, dx_TD: Tensor | None, ds_A: Tensor | None,
-                      dw1: Tensor, dw3: Tensor, dw2: Tensor) -> None:
+def _backward_experts(experts: range, ctx, saved: tuple[Tensor, ...], dout_TD: Tensor, dx_TD: Tensor | None,
+                      ds_A: Tensor | None, dw1: Tensor, dw3: Tensor, dw2: Tensor) -> None:
     """Backward of `experts`: their slices of the weight and routing-weight gradients, and their
-    input gradient accumulated into dx_TD."""
-    x_TD, _, _, w1_EFD, w3_EFD, w2_EDF = ctx.saved_tensors
+    input gradient accumulated into dx_TD.
+
+    `saved` is ctx.saved_tensors unpacked once by the caller: under non-reentrant activation
+    checkpointing each saved tensor may be unpacked only once per backward, and there is one job
+    per expert group."""
+    x_TD, _, _, w1_EFD, w3_EFD, w2_EDF = saved
     for e in experts:
         if not ctx.counts[e]:
             for dw in (dw1, dw3, dw2):
@@ -116,14 +120,15 @@ class _FusedRoutedExperts(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout_TD):
-        x_TD, _, s_A, w1_EFD, w3_EFD, w2_EDF = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        x_TD, _, s_A, w1_EFD, w3_EFD, w2_EDF = saved
         need_x, _, need_s, _, need_w1, need_w3, need_w2 = ctx.needs_input_grad
         dout_TD = dout_TD.contiguous()
         dx_TD = torch.zeros_like(x_TD) if need_x else None
         ds_A = s_A.new_empty(s_A.shape) if need_s else None
         # Every expert's slice of the weight gradients is written (zeroed if it got no rows).
         dw1, dw3, dw2 = (torch.empty_like(w) for w in (w1_EFD, w3_EFD, w2_EDF))
-        _run_groups(ctx.groups, lambda experts, dx: _backward_experts(experts, ctx, dout_TD, dx, ds_A, dw1, dw3, dw2),
+        _run_groups(ctx.groups, lambda experts, dx: _backward_experts(experts, ctx, saved, dout_TD, dx, ds_A, dw1, dw3, dw2),
                     dx_TD)
         ctx.h1s = ctx.h3s = ctx.tok = ctx.s = None
         return (dx_TD, None, ds_A, None, dw1 if need_w1 else None, dw3 if need_w3 else None,
