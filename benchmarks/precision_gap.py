@@ -46,7 +46,7 @@ from concurrent.futures import ProcessPoolExecutor  # noqa: E402  (imports `toke
 
 MODES = ("bf16", "fp8", "nvfp4")
 SHAPE = ["model.moe.n_routed_experts=32", "model.moe.expert_hidden=16", "model.moe.top_k=4", "model.moe.n_shared_experts=1",
-         "train.micro_batch_size=4", "train.seq_len=64", "model.moe.precision.emulate_bf16=true"]
+         "train.micro_batch_size=4", "train.seq_len=64", "train.grad_accum=1", "model.moe.precision.emulate_bf16=true"]
 RECIPE: list[str] = []  # the recipe is the default config
 NO_RECIPE = ["model.mup.enabled=false", "model.moe.bungee=false", "optim.grad_clip=1.0"]
 ABLATIONS = {
@@ -55,7 +55,7 @@ ABLATIONS = {
     "no_bungee": ["model.moe.bungee=false"],
     "bungee_output": ["model.moe.bungee.placement=output"],
 }
-TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 
 
 def train_arm(name: str, overrides: list[str], seed: int, steps: int, out: str, tracker: list[str]) -> dict:
@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> dict:
     from shared.config import load_config
 
     out_json = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "precision_gap.json")
-    prepare_shards(with_parquet_documents(load_config(ROOT / "configs" / "tiny.yaml", SHAPE)), 0)
+    shaped = load_config(ROOT / "configs" / "tiny.yaml", SHAPE)
+    # Read from the config, not assumed: a change to tiny.yaml's batch would otherwise change the
+    # experiment's batch unseen.
+    tokens_per_step = shaped.train.micro_batch_size * shaped.train.seq_len * shaped.train.grad_accum
+    prepare_shards(with_parquet_documents(shaped), 0)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
         spool = (out_json.parent if out_json else Path(tmp)) / "precision_gap_spool"
@@ -202,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
     def gap(mode: str, setting: str) -> float:
         return round(table[f"{mode}-{setting}"]["eval_loss"] - table[f"bf16-{setting}"]["eval_loss"], 5)
 
-    print(f"precision gap: {args.steps} steps × 256 tokens, 32 experts top-4, {args.seeds} seed(s); LRs {lr}")
+    print(f"precision gap: {args.steps} steps × {tokens_per_step} tokens, 32 experts top-4, {args.seeds} seed(s); LRs {lr}")
     print(f"{'arm':20s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
     for name, a in table.items():
         spread = "-" if a["seed_spread"] is None else f"{a['seed_spread']:.4f}"
@@ -216,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
         "max_vio": {n: a["maxvio_last_half"] for n, a in table.items()},
         "dead_experts": {n: a["dead_experts"] for n, a in table.items()},
         "arms": table, "lr": lr, "lr_tuning": tuned.get("grid"), "all_finite": all(a["finite"] for a in table.values()),
-        "steps": args.steps, "seeds": args.seeds, "tokens_per_step": 256, "quick": args.quick,
+        "steps": args.steps, "seeds": args.seeds, "tokens_per_step": tokens_per_step, "quick": args.quick,
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "command": "benchmarks/precision_gap.py " + " ".join(argv if argv is not None else sys.argv[1:]),

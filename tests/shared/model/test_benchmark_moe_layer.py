@@ -16,7 +16,8 @@ def test_moe_layer_benchmark_quick_prints_ratios():
     best = result[f"hf_{result['hf_fastest']}_s"]
     assert result["ratio"] == pytest.approx(best / result["ours_s"])
     assert result["ratio_same_backend"] == pytest.approx(best / result["ours_mkl_s"])
-    assert result["ours_path"] == "loop"  # the quick shape's expert GEMMs are too small to fuse
+    # The routed-expert way is measured per machine (near-ties flip between machines): any of the three.
+    assert result["ours_path"] in ("loop", "fused", "fused-concurrent")
     machine = result["machine"]
     assert machine["cpu"] and "code path" in machine["blas"]["mkl"]
     calls = result["blas_calls"]
