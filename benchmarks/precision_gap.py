@@ -9,7 +9,10 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
 
 - **main**: {bf16, fp8, nvfp4} × {recipe, no recipe (SP, no bungee, clip 1.0)} × seeds;
 - **ablations**: the recipe with one knob changed — muP multipliers off, clipping at 1.0, no
-  bungee, the bungee on the experts' output instead of their input — in bf16 and fp8.
+  bungee, the bungee on the experts' output instead of their input — in bf16 and fp8;
+- **harsh**: attention and dense GEMMs in the low format too, with per-tensor fp8 scales, or
+  nvfp4 without the Hadamard transform, stochastic rounding or 2-D weight blocks — recipe on/off:
+  where the experts-only formats do not degrade, this is where to look for the gap.
 
 Each arm trains at its own tuned LR (`--tune-lr` sweeps each recipe setting in bf16 over a
 grid for `--tune-steps` and takes the best held-out loss); an arm compared at a borrowed LR
@@ -54,6 +57,16 @@ ABLATIONS = {
     "clip": ["optim.grad_clip=1.0"],
     "no_bungee": ["model.moe.bungee=false"],
     "bungee_output": ["model.moe.bungee.placement=output"],
+}
+# Harsher low precision, to find where the no-recipe runs do degrade if the recipe's precision
+# (fine-scaled expert GEMMs, bf16 attention) does not: every GEMM but the head, router and shared
+# expert in the low format, coarse scales, no Hadamard transform or stochastic rounding.
+HARSH = {
+    "fp8_all_tensor": ["model.moe.precision.expert=fp8", "model.moe.precision.dense=fp8",
+                       "model.moe.precision.fp8_granularity=tensor"],
+    "nvfp4_all_plain": ["model.moe.precision.expert=nvfp4", "model.moe.precision.dense=nvfp4",
+                        "model.moe.precision.hadamard='off'", "model.moe.precision.nvfp4_grad_stochastic=false",
+                        "model.moe.precision.nvfp4_weight_2d=false"],
 }
 TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 
@@ -123,7 +136,8 @@ def plot(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
-    colors = {"bf16": "tab:blue", "fp8": "tab:orange", "nvfp4": "tab:red"}
+    colors = {"bf16": "tab:blue", "fp8": "tab:orange", "nvfp4": "tab:red", "fp8_all_tensor": "tab:brown",
+              "nvfp4_all_plain": "tab:purple"}
     for name in dict.fromkeys(r["name"] for r in runs):
         mode, _, setting = name.partition("-")
         if setting not in ("recipe", "no_recipe"):
@@ -167,6 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tune-lr", action="store_true", help="pick each setting's LR by a short bf16 sweep first")
     p.add_argument("--tune-steps", type=int, default=600)
     p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--no-harsh", action="store_true", help="skip the all-GEMM low-precision arms")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once (one thread each)")
     p.add_argument("--tracker", choices=("offline", "online", "disabled"), default="offline")
     p.add_argument("--quick", action="store_true", help="smoke run: 30 steps, 1 seed, no ablations, no tuning")
@@ -174,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     args = p.parse_args(argv)
     if args.quick:
-        args.steps, args.seeds, args.no_ablations, args.tune_lr = 30, 1, True, False
+        args.steps, args.seeds, args.no_ablations, args.no_harsh, args.tune_lr = 30, 1, True, True, False
     from services.trainer.data import prepare_shards, with_parquet_documents
     from shared.config import load_config
 
@@ -198,6 +213,11 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.no_ablations:
             arms += [(f"{m}-{a}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr['recipe']}"])
                      for a, o in ABLATIONS.items() for m in ("bf16", "fp8")]
+        if not args.no_harsh:
+            arms += [(f"{h}-{st}", [*o, *ho, f"optim.lr={lr[st]}"])
+                     for h, ho in HARSH.items() for st, o in (("recipe", RECIPE), ("no_recipe", NO_RECIPE))]
+        for _, o in arms:  # every arm's config checked before an hour of training starts
+            load_config(ROOT / "configs" / "tiny.yaml", [*SHAPE, *o])
         jobs = [pool.submit(train_arm, n, o, s, args.steps, tmp, [*tracker, "tracker.project=precision-gap"])
                 for n, o in arms for s in range(args.seeds)]
         runs = [j.result() for j in jobs]
@@ -207,16 +227,19 @@ def main(argv: list[str] | None = None) -> dict:
         return round(table[f"{mode}-{setting}"]["eval_loss"] - table[f"bf16-{setting}"]["eval_loss"], 5)
 
     print(f"precision gap: {args.steps} steps × {tokens_per_step} tokens, 32 experts top-4, {args.seeds} seed(s); LRs {lr}")
-    print(f"{'arm':20s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
+    print(f"{"arm":26s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
     for name, a in table.items():
         spread = "-" if a["seed_spread"] is None else f"{a['seed_spread']:.4f}"
-        print(f"{name:20s} {a['eval_loss']:9.4f} {spread:>7s} {a['maxvio_last_half'] or 0:7.3f} {a['dead_experts']:5d} "
+        print(f"{name:26s} {a['eval_loss']:9.4f} {spread:>7s} {a['maxvio_last_half'] or 0:7.3f} {a['dead_experts']:5d} "
               f"{a['grad_norm_router'] or 0:10.4f} {a['grad_norm_experts'] or 0:11.4f}")
     result = {
         "fp8_gap": gap("fp8", "recipe"), "nvfp4_gap": gap("nvfp4", "recipe"),
         "fp8_gap_no_recipe": gap("fp8", "no_recipe"), "nvfp4_gap_no_recipe": gap("nvfp4", "no_recipe"),
         "bf16_seed_spread": table["bf16-recipe"]["seed_spread"], "bf16_seed_spread_no_recipe": table["bf16-no_recipe"]["seed_spread"],
         "bf16_loss": table["bf16-recipe"]["eval_loss"], "bf16_loss_no_recipe": table["bf16-no_recipe"]["eval_loss"],
+        "harsh_gaps": {n.rsplit("-", 1)[0] + ("" if n.endswith("-recipe") else "_no_recipe"):
+                       round(a["eval_loss"] - table["bf16-" + n.rsplit("-", 1)[1]]["eval_loss"], 5)
+                       for n, a in table.items() if n.split("-")[0] in HARSH},
         "max_vio": {n: a["maxvio_last_half"] for n, a in table.items()},
         "dead_experts": {n: a["dead_experts"] for n, a in table.items()},
         "arms": table, "lr": lr, "lr_tuning": tuned.get("grid"), "all_finite": all(a["finite"] for a in table.values()),
