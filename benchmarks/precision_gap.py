@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         return round(table[f"{mode}-{setting}"]["eval_loss"] - table[f"bf16-{setting}"]["eval_loss"], 5)
 
     print(f"precision gap: {args.steps} steps × {tokens_per_step} tokens, 32 experts top-4, {args.seeds} seed(s); LRs {lr}")
-    print(f"{"arm":26s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
+    print(f"{'arm':26s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
     for name, a in table.items():
         spread = "-" if a["seed_spread"] is None else f"{a['seed_spread']:.4f}"
         print(f"{name:26s} {a['eval_loss']:9.4f} {spread:>7s} {a['maxvio_last_half'] or 0:7.3f} {a['dead_experts']:5d} "
