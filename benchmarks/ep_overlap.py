@@ -42,7 +42,6 @@ sys.path.insert(0, str(_HERE.parent))
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -50,6 +49,8 @@ from collections.abc import Callable  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+
+from shared.net import free_port  # noqa: E402
 
 REPO = _HERE.parent
 TINY = REPO / "configs" / "tiny.yaml"
@@ -217,9 +218,7 @@ def main() -> None:
     if not set(args.workloads) <= {"step", "layer"}:
         p.error(f"--workloads: unknown {sorted(set(args.workloads) - {'step', 'layer'})}; use step and/or layer")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, port, args, queue)) for r in range(EP)]

@@ -28,6 +28,7 @@ from pathlib import Path
 # `python benchmarks/tracker.py` puts benchmarks/ first on sys.path, where sibling benchmarks
 # (e.g. tokenize.py) would shadow standard-library modules; drop it before any other import.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
@@ -35,7 +36,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -44,15 +44,11 @@ import time  # noqa: E402
 import urllib.request  # noqa: E402
 import uuid  # noqa: E402
 
+from shared.net import free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = ROOT / "runs" / "bench-venvs" / "mlflow"
 KEYS = ("loss", "lr", "grad_norm", "tokens_per_s")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float = 120.0) -> None:

@@ -13,13 +13,14 @@ import json
 import os
 import platform
 import shutil
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+
+from shared.net import free_port
 
 # Dense (no sparsity) bf16 tensor-core TFLOP/s and HBM GB/s from the vendors' data sheets.
 # Matched by substring of torch.cuda.get_device_name(), most specific first.
@@ -163,12 +164,6 @@ def measure_gpu(index: int, n: int = 8192, iters: int = 20) -> GpuReport:
     return GpuReport(index, props.name, props.total_memory / 2**30, tflops, gbps, spec[0], spec[1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _allreduce_worker(rank: int, world: int, port: int, backend: str, numel: int, iters: int, out) -> None:
     import torch.distributed as dist
 
@@ -201,7 +196,7 @@ def measure_allreduce_busbw(backend: str, world: int, numel: int, iters: int) ->
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=_allreduce_worker, args=(r, world, port, backend, numel, iters, queue)) for r in range(world)
     ]

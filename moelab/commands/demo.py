@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,13 +23,7 @@ from pathlib import Path
 import typer
 
 from moelab.commands.demo_processes import RECORD_FILE, start_recorded, stop_recorded
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the OS's pick for port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from shared.net import free_port
 
 
 @dataclass(frozen=True)

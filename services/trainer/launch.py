@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 
 from shared.config import ExperimentConfig
 from shared.config.loader import validate
+from shared.net import free_port
 
 
 def _device_for(cfg: ExperimentConfig, local_rank: int) -> torch.device:
@@ -123,12 +123,6 @@ def run_local(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
     return train_worker(cfg, WorkerContext(0, 1, _device_for(cfg, 0)), resume=resume)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawned(rank: int, world: int, port: int, cfg_json: dict, resume: bool, queue) -> None:
     import torch.distributed as dist
 
@@ -151,7 +145,7 @@ def spawn_local(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port, world = _free_port(), cfg.train.workers
+    port, world = free_port(), cfg.train.workers
     procs = [ctx.Process(target=_spawned, args=(r, world, port, cfg.model_dump(mode="json"), resume, queue))
              for r in range(world)]
     for p in procs:

@@ -67,12 +67,6 @@ def _scales_from_amax(amax: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     raise ValueError(f"unknown scale kind {spec.scale_kind!r}; use none, fp32, e8m0 or nvfp4")
 
 
-def block_scales(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Scale of each tile of a 2-D operand, shape (row_tiles, col_tiles); 0 marks an all-zero tile."""
-    tiles, _, _ = _tiles(x.float()[None], spec.block)
-    return _scales_from_amax(tiles.abs().amax(dim=(2, 4)), spec)[0]
-
-
 def fake_quantize_batched(
     x: torch.Tensor, spec: QuantSpec, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:

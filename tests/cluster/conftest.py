@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.net import free_ports
+
 RAY = str(Path(sys.executable).with_name("ray"))
 # Fast node-failure detection in the head's GCS: a dead node is declared after ~3 s, not ~30 s.
 HEALTH_ENV = {
@@ -44,16 +46,6 @@ HEALTH_ENV = {
 }
 
 
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _processes_under(temp_dir: str) -> list[int]:
@@ -146,7 +138,7 @@ def _wait_for_nodes(cluster: TwoNodeCluster, timeout: float) -> None:
 def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_resources: dict | None = None):
     """A head (2 CPUs) and a second node (`node2_cpus`, resource `node2` plus `node2_resources`, any
     extra `ray start` args such as `--num-gpus 1`), joined at 127.0.0.1; stopped after."""
-    gcs, client, agent1, agent2, mgr1, mgr2, obj1, obj2 = _free_ports(8)
+    gcs, client, agent1, agent2, mgr1, mgr2, obj1, obj2 = free_ports(8)
     # Ray 2.60 turns token auth on for `ray start --head` when ~/.ray/auth_token exists; every node
     # and driver of this cluster shares its own token instead, whatever that file holds.
     token_dir = tempfile.mkdtemp(prefix="rtauth-")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from moelab.cli import app
 from moelab.commands.demo import RayHead, _http_ok, ensure_ray, ensure_tracker
 from moelab.commands.demo_processes import GONE, RECORD_FILE, _group, _stat, read_records, stop_recorded
-from tests.services.tracker.helpers import free_port
+from shared.net import free_port
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="process identity is read from /proc (Linux)")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,15 +22,10 @@ from services.scorer.labeling import label_documents
 from services.scorer.oracle.openai_backend import OpenAIOracle
 from services.scorer.rubrics import GENERAL
 from services.scorer.sample_docs import python_docs
+from shared.net import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = Path(os.environ.get("MOELAB_VLLM_VENV", ROOT / ".venv-vllm"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -41,7 +35,7 @@ def test_openai_backend_labels_through_real_vllm_serve(tmp_path):
     model = tmp_path / "tiny-oracle"
     subprocess.run([str(VENV / "bin" / "python"), str(ROOT / "services/scorer/scripts/make_tiny_oracle.py"),
                     str(model)], check=True, capture_output=True, timeout=300)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     log = (tmp_path / "vllm.log").open("w")
     proc = subprocess.Popen(

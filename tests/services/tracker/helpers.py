@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -14,11 +13,7 @@ import time
 import httpx
 import uvicorn
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from shared.net import free_port
 
 
 class ServerThread:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from services.tracker.app import create_app
 from services.tracker.store import Store
-from tests.services.tracker.helpers import free_port
+from shared.net import free_port
 
 LOCAL = "http://127.0.0.1"
 ROOT = Path(__file__).resolve().parents[3]

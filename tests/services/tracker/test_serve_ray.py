@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from tests.services.tracker.helpers import free_port
+from shared.net import free_port
 
 # checked before the ray_local fixture starts Ray, so a machine without Serve skips in milliseconds
 pytest.importorskip("grpc_reflection", reason="Ray Serve needs its extra: pip install 'ray[serve]>=2.60,<3'")

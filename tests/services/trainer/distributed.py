@@ -4,7 +4,6 @@ N-processes-vs-1 test uses (no Ray start-up; a crashed worker fails the test at 
 from __future__ import annotations
 
 import os
-import socket
 from queue import Empty
 from typing import Any
 
@@ -12,6 +11,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from shared.net import free_port
 
 
 def to_numpy(obj: Any) -> Any:
@@ -50,9 +51,7 @@ def _worker(rank: int, world: int, port: int, fn, args: tuple, queue) -> None:
 def spawn(fn, *args, world: int = 2, timeout_s: int = 600) -> Any:
     """`fn(rank, world, *args)` in `world` gloo processes; returns rank 0's return value.
     `fn` must be a module-level function (spawn pickles it by name)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, world, port, fn, args, queue)) for r in range(world)]
