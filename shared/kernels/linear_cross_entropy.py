@@ -8,14 +8,14 @@ tensor through main memory around GEMMs that read only N×D and V×D. At the CPU
 
 Here the rows are taken `chunk_rows` at a time (a block of logits that stays in cache): its logits,
 their log-sum-exp, the loss terms, then the softmax turned in place into dL/dlogits
-(softmax − one-hot, / N), and at once the block's input gradient (dlogits·W) and its share of the
+(softmax − one-hot; the 1/N on the GEMMs), and at once the block's input gradient (dlogits·W) and its share of the
 weight gradient (dlogitsᵀ·h, accumulated). The backward only scales the two stored gradients by
 the incoming scalar. No N×V tensor ever exists. The same idea is in Liger-Kernel's fused linear
 cross-entropy and Apple's Cut Cross-Entropy; this is a CPU/any-device version in plain ATen ops.
 
 Arithmetic: fp32 throughout (the path is taken only for fp32 inputs outside autocast and
 compilation; anything else runs the plain path), max-subtracted exponentials as log-softmax
-computes them; loss and gradients match the plain path to float rounding (tests/shared/kernels).
+computes them (ATen's softmax kernel); loss and gradients match the plain path to float rounding (tests/shared/kernels).
 """
 
 from __future__ import annotations
@@ -36,19 +36,35 @@ def _fused_applies(h_ND: Tensor, w_VD: Tensor) -> bool:
             and not torch.is_autocast_enabled(dev) and not torch.compiler.is_compiling())
 
 
-def _block_loss_and_softmax(z_CV: Tensor, y_C: Tensor) -> Tensor:
-    """Per-row loss terms (log-sum-exp − target logit); z_CV becomes the row softmax in place."""
-    z_target = z_CV.gather(1, y_C.unsqueeze(1)).squeeze(1)
-    m = z_CV.amax(1, keepdim=True)
-    z_CV.sub_(m).exp_()
-    s = z_CV.sum(1, keepdim=True)
-    z_CV.div_(s)
-    return (m + s.log()).squeeze(1) - z_target
+# Below this probability of the target, -log p loses the loss (p underflows to zero at a target
+# logit ~87 nats under the row's log-sum-exp); such rows get their loss from recomputed logits.
+_TINY_TARGET_P = 1e-30
+
+
+def _block_loss_and_softmax(z_CV: Tensor, y_C: Tensor, h_CD: Tensor, w_VD: Tensor) -> Tensor:
+    """Per-row loss terms (log-sum-exp − target logit); z_CV becomes the row softmax in place.
+
+    ATen's softmax kernel works a row at a time (a 16 KiB row sits in L1), so max, exponentials,
+    sum and scaling are one trip through memory instead of the four passes over the whole block
+    that `amax`, `sub_().exp_()`, `sum` and `div_` take. The loss is then −log of the target's
+    probability; for the rare row where that probability underflows the loss is recomputed from
+    the row's logits."""
+    torch.ops.aten._softmax.out(z_CV, 1, False, out=z_CV)
+    p_target = z_CV.gather(1, y_C.unsqueeze(1)).squeeze(1)
+    loss = p_target.log().neg_()
+    tiny = (p_target < _TINY_TARGET_P).nonzero().squeeze(1)
+    if tiny.numel():
+        z_tiny = h_CD[tiny] @ w_VD.t()
+        loss[tiny] = torch.logsumexp(z_tiny, 1) - z_tiny.gather(1, y_C[tiny].unsqueeze(1)).squeeze(1)
+    return loss
 
 
 def _blocks(h_ND: Tensor, w_VD: Tensor, y_N: Tensor, chunk_rows: int, need_h: bool, need_w: bool
             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The mean loss, and the gradients asked for, one block of rows at a time."""
+    """The mean loss, and the gradients asked for, one block of rows at a time.
+
+    dL/dz = (softmax − one-hot) / N: the 1/N rides on the GEMMs' alpha instead of a pass over the
+    block."""
     n = h_ND.shape[0]
     dh_ND = torch.empty_like(h_ND) if need_h else None
     dw_VD = torch.zeros_like(w_VD) if need_w else None
@@ -59,14 +75,13 @@ def _blocks(h_ND: Tensor, w_VD: Tensor, y_N: Tensor, chunk_rows: int, need_h: bo
         h_CD, y_C = h_ND[start:start + chunk_rows], y_N[start:start + chunk_rows]
         z_CV = z_buf[: h_CD.shape[0]]
         torch.mm(h_CD, w_VD.t(), out=z_CV)
-        total += _block_loss_and_softmax(z_CV, y_C).sum()
+        total += _block_loss_and_softmax(z_CV, y_C, h_CD, w_VD).sum()
         if need_h or need_w:
             z_CV[rows[: h_CD.shape[0]], y_C] -= 1.0
-            z_CV.mul_(1.0 / n)  # dL/dz of the mean loss
-            if need_h:
-                torch.mm(z_CV, w_VD, out=dh_ND[start:start + chunk_rows])
+            if need_h:  # beta 0: the empty block's contents are not read
+                dh_ND[start:start + chunk_rows].addmm_(z_CV, w_VD, beta=0.0, alpha=1.0 / n)
             if need_w:
-                dw_VD.addmm_(z_CV.t(), h_CD)
+                dw_VD.addmm_(z_CV.t(), h_CD, alpha=1.0 / n)
     return total / n, dh_ND, dw_VD
 
 
