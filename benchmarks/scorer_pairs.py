@@ -33,6 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+
+def _repo_relative(path: str) -> str:
+    """A path inside the repository as written from its root (results name no checkout)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else path
+
+
 GROUPS = {"prose-en": ("wiki", {"en"}), "prose-de-fr-es": ("handbook", {"de", "fr", "es"}),
           "code-python": ("python", {"python"}), "code-go": ("go", {"go"})}
 
@@ -130,7 +137,7 @@ def main() -> None:
         "held_out_spearman": {n: r["spearman_quality"] for n, r in calib["rubrics"].items()},
         "flops_saved_calibrate": calib["compute"]["flops_saved"],
         "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
-        "config": args.config, "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
+        "config": _repo_relative(args.config), "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
     }
     write_result(result, args.out, "scorer_pairs", args.quick)
     print(json.dumps(result))
