@@ -14,8 +14,8 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
   nvfp4 without the Hadamard transform, stochastic rounding or 2-D weight blocks — recipe on/off:
   where the experts-only formats do not degrade, this is where to look for the gap.
 
-Each arm trains at its own tuned LR (`--tune-lr` sweeps each recipe setting in bf16 over a
-grid for `--tune-steps` and takes the best held-out loss); an arm compared at a borrowed LR
+Each arm trains at its own tuned LR (`--tune-lr` sweeps each setting, the ablations included, in
+bf16 over a grid for `--tune-steps` and takes the best held-out loss); an arm compared at a borrowed LR
 measures the LR, not the recipe. Every run reports to the tracker (loss, eval loss, MaxVio per
 layer, dead experts, router- and expert-gradient norms; `--tracker offline` spools under the
 results folder for `moelab tracker sync`), and one comparison plot is written beside the JSON.
@@ -161,14 +161,20 @@ def plot(runs: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def tune(args, pool, out: str) -> dict[str, float]:
-    """The best LR of each recipe setting in bf16 over TUNE_GRID at --tune-steps (held-out loss)."""
+def tune(args, pool, out: str) -> dict:
+    """The best LR of each setting in bf16 over TUNE_GRID at --tune-steps (held-out loss): the
+    recipe, no recipe, and (unless --no-ablations) each ablation, whose knob may move its optimum
+    (muP's multipliers off is standard parameterisation, whose LR is not the recipe's)."""
+    settings = {"recipe": RECIPE, "no_recipe": NO_RECIPE, **({} if args.no_ablations else ABLATIONS)}
     jobs = {(setting, lr): pool.submit(train_arm, f"tune-{setting}-lr{lr:g}", [*overrides, "model.moe.precision.expert=bf16",
                                                                              f"optim.lr={lr}"], 0, args.tune_steps, out, [])
-            for setting, overrides in (("recipe", RECIPE), ("no_recipe", NO_RECIPE)) for lr in TUNE_GRID}
+            for setting, overrides in settings.items() for lr in TUNE_GRID}
     losses = {k: j.result()["eval_loss"] for k, j in jobs.items()}
-    best = {s: min((lr for (st, lr) in losses if st == s), key=lambda lr: losses[(s, lr)]) for s in ("recipe", "no_recipe")}
+    best = {s: min((lr for (st, lr) in losses if st == s), key=lambda lr: losses[(s, lr)]) for s in settings}
+    edge = [s for s, lr in best.items() if lr in (TUNE_GRID[0], TUNE_GRID[-1])]
     print("LR tuning (bf16, held-out loss):", {f"{s} lr={lr:g}": round(v, 4) for (s, lr), v in losses.items()})
+    if edge:
+        print(f"warning: the best LR of {edge} is at the edge of the grid {TUNE_GRID}")
     return {**best, "grid": {f"{s}@{lr:g}": v for (s, lr), v in losses.items()}}
 
 
@@ -211,7 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
         arms = [(f"{m}-{s}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr[s]}"])
                 for s, o in (("recipe", RECIPE), ("no_recipe", NO_RECIPE)) for m in MODES]
         if not args.no_ablations:
-            arms += [(f"{m}-{a}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr['recipe']}"])
+            lr.update({a: tuned.get(a) or lr["recipe"] for a in ABLATIONS})
+            arms += [(f"{m}-{a}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr[a]}"])
                      for a, o in ABLATIONS.items() for m in ("bf16", "fp8")]
         if not args.no_harsh:
             arms += [(f"{h}-{st}", [*o, *ho, f"optim.lr={lr[st]}"])
