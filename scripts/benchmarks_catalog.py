@@ -16,6 +16,8 @@ WHAT: dict[str, tuple[str, str]] = {
                   "`DeepseekV3MoE` (its fastest experts implementation) and torchtitan `MoE`", "moe.md"),
     "train_step": ("one training step (fwd+bwd+AdamW) of a tiny MLA MoE, fp32, vs HF `DeepseekV3ForCausalLM` "
                    "and torchtitan `DeepSeekV3Model`", "train_step.md"),
+    "lm_head_loss": ("the LM head + cross-entropy fwd+bwd: moelab's fused row blocks vs the plain "
+                     "`F.cross_entropy(F.linear(h, W), y)` every PyTorch model runs", "train_step.md"),
     "router_balance": ("router balance at small batch on `configs/tiny.yaml`: MaxVio and eval loss per arm, "
                        "one change per arm", "moe.md"),
     "precision_gap": ("the tiny recipe in bf16 vs emulated fp8/nvfp4 experts, with and without the stability "
