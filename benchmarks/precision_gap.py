@@ -166,8 +166,11 @@ def tune(args, pool, out: str) -> dict:
     recipe, no recipe, and (unless --no-ablations) each ablation, whose knob may move its optimum
     (muP's multipliers off is standard parameterisation, whose LR is not the recipe's)."""
     settings = {"recipe": RECIPE, "no_recipe": NO_RECIPE, **({} if args.no_ablations else ABLATIONS)}
-    jobs = {(setting, lr): pool.submit(train_arm, f"tune-{setting}-lr{lr:g}", [*overrides, "model.moe.precision.expert=bf16",
-                                                                             f"optim.lr={lr}"], 0, args.tune_steps, out, [])
+    # Tuning runs are not tracked: they only pick LRs (an online tracker with no server would also
+    # hold each run's end for its retry window).
+    jobs = {(setting, lr): pool.submit(train_arm, f"tune-{setting}-lr{lr:g}",
+                                       [*overrides, "model.moe.precision.expert=bf16", f"optim.lr={lr}"],
+                                       0, args.tune_steps, out, ["tracker.mode=disabled"])
             for setting, overrides in settings.items() for lr in TUNE_GRID}
     losses = {k: j.result()["eval_loss"] for k, j in jobs.items()}
     best = {s: min((lr for (st, lr) in losses if st == s), key=lambda lr: losses[(s, lr)]) for s in settings}
