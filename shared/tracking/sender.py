@@ -5,7 +5,10 @@ cut into batches and sent in order behind the run's init. While the server canno
 op is appended to the spool and the spool is replayed with exponential back-off (capped at
 `retry_max_s`); ops keep their order because nothing is sent directly while a spool exists. A
 heartbeat every `heartbeat_s` seconds tells the server the process is alive: the server marks a
-run whose heartbeats stop (a SIGKILL, a lost node) `crashed`.
+run whose heartbeats stop (a SIGKILL, a lost node) `crashed`. At the run's end the spool is
+retried for the close window only if the server was reached at some point of the run (an outage
+it may come back from); a server never reached gets one more try and the spool is left for
+`moelab tracker sync`, so a run without a tracker does not end with a half-minute wait.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Sender:
         self.deadline_s = 30.0
         self._next_retry = 0.0
         self._backoff = 0.25
+        self.reached = False  # the server took something from this run (an op or a heartbeat)
         self._last_beat = time.time()
         self._warned = False
         self.thread = threading.Thread(target=self._loop, name=f"tracking-{run_id}", daemon=True)
@@ -100,11 +104,16 @@ class Sender:
                 self.spool.append(op)
             return
         deadline = time.time() + self.deadline_s
+        if final and not self.reached:
+            # A server this run never reached is not expected back within the close window: one
+            # more try, then the spool is left for `moelab tracker sync` instead of waiting it out.
+            self._next_retry = 0.0
         pending = list(ops)
         while pending and not self.spool.exists():
             try:
                 deliver(self.transport, pending[0], self.rejected.add)
                 pending.pop(0)
+                self.reached = True
             except Unreachable as exc:
                 self._warn(exc)
                 break
@@ -115,11 +124,12 @@ class Sender:
                 try:
                     self.spool.replay(self.transport, self.rejected)
                     self._backoff = 0.25
+                    self.reached = True
                 except Unreachable as exc:
                     self._warn(exc)
                     self._backoff = min(self._backoff * 2, self.retry_max_s)
                     self._next_retry = time.time() + self._backoff
-            if not final or time.time() >= deadline:
+            if not final or time.time() >= deadline or not self.reached:
                 return
             time.sleep(min(0.1, max(0.0, self._next_retry - time.time())))
 
@@ -127,7 +137,7 @@ class Sender:
         if self.transport is None or self.spool.exists() or time.time() - self._last_beat < self.heartbeat_s:
             return
         if self.transport.heartbeat(self.run_id):
-            self._last_beat = time.time()
+            self._last_beat, self.reached = time.time(), True
 
     def _warn(self, exc: Exception) -> None:
         if not self._warned:

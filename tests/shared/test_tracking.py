@@ -67,6 +67,21 @@ def test_server_stopped_mid_run_loses_no_point_and_doubles_none(tracker, capsys)
     assert "spooling" in capsys.readouterr().err
 
 
+def test_a_server_never_reached_does_not_hold_the_end_of_the_run(tracker, capsys):
+    from shared.net import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run = tracking.init(url=url, project="t", spool_dir=str(tracker.spool), retry_max_s=0.2, flush_interval=0.02)
+    for step in range(50):
+        run.log({"loss": 1.0}, step=step)
+    t0 = time.monotonic()
+    run.finish(timeout=30)
+    assert time.monotonic() - t0 < 5  # one more try, not the 30 s window
+    assert run._spool.path.exists() and f"could not reach {url}" in capsys.readouterr().err
+    assert tracking.sync(str(tracker.spool), tracker.url, tracker.token) == {run.id: 3}  # init, points, finish
+    assert _points(tracker, run.id, "loss")["total"] == 50
+
+
 def test_offline_mode_only_spools_and_sync_uploads_everything(tracker):
     run = _init(tracker, mode="offline", tags=["offline"])
     for step in range(500):
