@@ -22,8 +22,12 @@ results folder for `moelab tracker sync`), and one comparison plot is written be
 The gaps are read against the seed spread of bf16 (two inits, same recipe): a gap smaller than
 that is noise.
 
-    .venv/bin/python benchmarks/precision_gap.py --tune-lr          # the full experiment (~1 h on 2 idle cores)
+    .venv/bin/python benchmarks/precision_gap.py --tune-lr          # the full experiment (hours on 2 cores; resumable)
     .venv/bin/python benchmarks/precision_gap.py --quick            # smoke run (a few minutes)
+
+Every finished run's figures are kept under `--work-dir` (runs/precision_gap), keyed by its
+shape, overrides, seed and steps, so the same command run again continues where an interrupted
+one stopped, and a changed arm is trained afresh.
 
 The last output line is one JSON object with fp8_gap, nvfp4_gap, fp8_gap_no_recipe,
 nvfp4_gap_no_recipe, the seed spreads and, per arm, the final MaxVio and dead experts.
@@ -71,8 +75,29 @@ HARSH = {
 TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 
 
-def train_arm(name: str, overrides: list[str], seed: int, steps: int, out: str, tracker: list[str]) -> dict:
-    """One training run; returns its end figures and its curves (from the run's metrics.jsonl)."""
+def _cache_key(overrides: list[str], seed: int, steps: int) -> dict:
+    return {"shape": SHAPE, "overrides": list(overrides), "seed": seed, "steps": steps}
+
+
+def cached_result(work: Path, name: str, overrides: list[str], seed: int, steps: int) -> dict | None:
+    """A finished run's figures from `work`, if the same arm (shape, overrides, seed, steps) ran there."""
+    path = work / "results" / f"{name}-s{seed}.json"
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if stored.get("key") != _cache_key(overrides, seed, steps):
+        return None
+    result = stored["result"]  # JSON made the curves' step keys strings
+    result["curves"] = {k: {int(step): v for step, v in c.items()} for k, c in result["curves"].items()}
+    return result
+
+
+def train_arm(name: str, overrides: list[str], seed: int, steps: int, work: str, tracker: list[str]) -> dict:
+    """One training run; returns its end figures and its curves (from the run's metrics.jsonl), and
+    keeps them under `work`/results so a rerun of the experiment reuses the finished run."""
+    import shutil
+
     import torch
 
     torch.set_num_threads(1)
@@ -80,12 +105,14 @@ def train_arm(name: str, overrides: list[str], seed: int, steps: int, out: str, 
     from services.trainer.loop import run_dir
     from services.trainer.metrics import read_metrics
     from shared.config import load_config
+    from shared.data.atomic import atomic_write_json
 
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
         *SHAPE, *overrides, f"train.seed={seed}", f"train.steps={steps}", f"optim.warmup_steps={max(1, steps // 30)}",
-        f"train.eval_every={max(1, steps // 6)}", "train.eval_batches=8", f"train.out_dir={out}",
+        f"train.eval_every={max(1, steps // 6)}", "train.eval_batches=8", f"train.out_dir={Path(work) / 'runs'}",
         f"train.run_name={name}-s{seed}", "train.device=cpu", f"train.checkpoint_every={steps}", *tracker,
     ])
+    shutil.rmtree(run_dir(cfg), ignore_errors=True)  # an interrupted attempt's partial metrics
     t0 = time.perf_counter()
     result = run_local(cfg)
     series = read_metrics(run_dir(cfg) / "metrics.jsonl")
@@ -96,7 +123,7 @@ def train_arm(name: str, overrides: list[str], seed: int, steps: int, out: str, 
         return sum(vals) / len(vals) if vals else None
 
     maxvio_layers = [k for k in series if k.startswith("router/maxvio/layer")]
-    return {
+    figures = {
         "name": name, "seed": seed, "eval_loss": result.get("eval/loss"), "finite": result.get("bad_steps", 0) == 0,
         "maxvio_last_half": max(last_half(k) for k in maxvio_layers) if maxvio_layers else None,
         "eval_maxvio_global": result.get("eval/maxvio_global"), "dead_experts": result.get("router/dead_experts"),
@@ -104,6 +131,20 @@ def train_arm(name: str, overrides: list[str], seed: int, steps: int, out: str, 
         "seconds": round(time.perf_counter() - t0, 1), "run_id": result.get("run_id"),
         "curves": {k: series[k] for k in ("loss", "router/maxvio", "eval/loss") if k in series},
     }
+    atomic_write_json(Path(work) / "results" / f"{name}-s{seed}.json",
+                      {"key": _cache_key(overrides, seed, steps), "result": figures})
+    return figures
+
+
+def run_arms(pool, specs: list[tuple[str, list[str], int, int, list[str]]], work: Path) -> list[dict]:
+    """Every (name, overrides, seed, steps, tracker) run, in order: a finished one from `work`, the
+    rest trained on `pool`."""
+    cached = [cached_result(work, n, o, seed, steps) for n, o, seed, steps, _ in specs]
+    if any(c is not None for c in cached):
+        print(f"reusing {sum(c is not None for c in cached)} of {len(specs)} runs finished earlier in {work}", flush=True)
+    jobs = [c if c is not None else pool.submit(train_arm, n, o, seed, steps, str(work), tr)
+            for c, (n, o, seed, steps, tr) in zip(cached, specs, strict=True)]
+    return [j if isinstance(j, dict) else j.result() for j in jobs]
 
 
 def _mean(xs):
@@ -161,18 +202,18 @@ def plot(runs: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def tune(args, pool, out: str) -> dict:
+def tune(args, pool, work: Path) -> dict:
     """The best LR of each setting in bf16 over TUNE_GRID at --tune-steps (held-out loss): the
     recipe, no recipe, and (unless --no-ablations) each ablation, whose knob may move its optimum
     (muP's multipliers off is standard parameterisation, whose LR is not the recipe's)."""
     settings = {"recipe": RECIPE, "no_recipe": NO_RECIPE, **({} if args.no_ablations else ABLATIONS)}
     # Tuning runs are not tracked: they only pick LRs (an online tracker with no server would also
     # hold each run's end for its retry window).
-    jobs = {(setting, lr): pool.submit(train_arm, f"tune-{setting}-lr{lr:g}",
-                                       [*overrides, "model.moe.precision.expert=bf16", f"optim.lr={lr}"],
-                                       0, args.tune_steps, out, ["tracker.mode=disabled"])
-            for setting, overrides in settings.items() for lr in TUNE_GRID}
-    losses = {k: j.result()["eval_loss"] for k, j in jobs.items()}
+    keys = [(setting, lr) for setting in settings for lr in TUNE_GRID]
+    runs = run_arms(pool, [(f"tune-{setting}-lr{lr:g}",
+                            [*settings[setting], "model.moe.precision.expert=bf16", f"optim.lr={lr}"],
+                            0, args.tune_steps, ["tracker.mode=disabled"]) for setting, lr in keys], work)
+    losses = {k: r["eval_loss"] for k, r in zip(keys, runs, strict=True)}
     best = {s: min((lr for (st, lr) in losses if st == s), key=lambda lr: losses[(s, lr)]) for s in settings}
     edge = [s for s, lr in best.items() if lr in (TUNE_GRID[0], TUNE_GRID[-1])]
     print("LR tuning (bf16, held-out loss):", {f"{s} lr={lr:g}": round(v, 4) for (s, lr), v in losses.items()})
@@ -187,6 +228,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--lr", type=float, default=None, help="recipe arms' LR (default: tiny.yaml's, or --tune-lr)")
     p.add_argument("--lr-no-recipe", type=float, default=None, help="no-recipe arms' LR (default: as --lr)")
+    p.add_argument("--set-lr", action="append", default=[], metavar="SETTING=LR",
+                   help="one setting's LR (recipe, no_recipe or an ablation), over --lr and the tuning; repeatable")
     p.add_argument("--tune-lr", action="store_true", help="pick each setting's LR by a short bf16 sweep first")
     p.add_argument("--tune-steps", type=int, default=600)
     p.add_argument("--no-ablations", action="store_true")
@@ -196,7 +239,19 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="smoke run: 30 steps, 1 seed, no ablations, no tuning")
     p.add_argument("--no-progress", action="store_true", help="(kept for scripts; the trainer's bar is on stderr)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
+    p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "precision_gap",
+                   help="where the runs train and their figures are kept; a rerun reuses every finished run "
+                        "(default: runs/precision_gap; a temporary folder with --quick)")
     args = p.parse_args(argv)
+    set_lr = {}
+    for item in args.set_lr:
+        setting, _, value = item.partition("=")
+        if setting not in ("recipe", "no_recipe", *ABLATIONS):
+            p.error(f"--set-lr {item!r}: the setting is one of recipe, no_recipe, {', '.join(ABLATIONS)}")
+        try:
+            set_lr[setting] = float(value)
+        except ValueError:
+            p.error(f"--set-lr {item!r}: {value!r} is not a number")
     if args.quick:
         args.steps, args.seeds, args.no_ablations, args.no_harsh, args.tune_lr = 30, 1, True, True, False
     from services.trainer.data import prepare_shards, with_parquet_documents
@@ -210,17 +265,18 @@ def main(argv: list[str] | None = None) -> dict:
     prepare_shards(with_parquet_documents(shaped), 0)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
+        work = Path(tmp) if args.quick else args.work_dir
         spool = (out_json.parent if out_json else Path(tmp)) / "precision_gap_spool"
         tracker = [f"tracker.mode={args.tracker}", f"tracker.spool_dir={spool}"] if args.tracker != "disabled" else \
             ["tracker.mode=disabled"]
-        tuned = tune(args, pool, tmp) if args.tune_lr else {}
+        tuned = tune(args, pool, work) if args.tune_lr else {}
         base_lr = load_config(ROOT / "configs" / "tiny.yaml").optim.lr
-        lr = {"recipe": args.lr or tuned.get("recipe") or base_lr}
-        lr["no_recipe"] = args.lr_no_recipe or tuned.get("no_recipe") or lr["recipe"]
+        lr = {"recipe": set_lr.get("recipe") or args.lr or tuned.get("recipe") or base_lr}
+        lr["no_recipe"] = set_lr.get("no_recipe") or args.lr_no_recipe or tuned.get("no_recipe") or lr["recipe"]
         arms = [(f"{m}-{s}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr[s]}"])
                 for s, o in (("recipe", RECIPE), ("no_recipe", NO_RECIPE)) for m in MODES]
         if not args.no_ablations:
-            lr.update({a: tuned.get(a) or lr["recipe"] for a in ABLATIONS})
+            lr.update({a: set_lr.get(a) or tuned.get(a) or lr["recipe"] for a in ABLATIONS})
             arms += [(f"{m}-{a}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr[a]}"])
                      for a, o in ABLATIONS.items() for m in ("bf16", "fp8")]
         if not args.no_harsh:
@@ -228,9 +284,8 @@ def main(argv: list[str] | None = None) -> dict:
                      for h, ho in HARSH.items() for st, o in (("recipe", RECIPE), ("no_recipe", NO_RECIPE))]
         for _, o in arms:  # every arm's config checked before an hour of training starts
             load_config(ROOT / "configs" / "tiny.yaml", [*SHAPE, *o])
-        jobs = [pool.submit(train_arm, n, o, s, args.steps, tmp, [*tracker, "tracker.project=precision-gap"])
-                for n, o in arms for s in range(args.seeds)]
-        runs = [j.result() for j in jobs]
+        runs = run_arms(pool, [(n, o, seed, args.steps, [*tracker, "tracker.project=precision-gap"])
+                               for n, o in arms for seed in range(args.seeds)], work)
     table = summarize(runs)
 
     def gap(mode: str, setting: str) -> float:

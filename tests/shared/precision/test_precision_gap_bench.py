@@ -18,3 +18,29 @@ def test_precision_gap_quick_run_prints_the_gaps_as_its_last_line(tmp_path):
     assert result["all_finite"] and result["quick"]
     assert result["tokens_per_step"] == 256  # the small batch the experiment is about: 4 × 64, one micro-batch
     assert json.loads(out.read_text()) == result
+
+
+@pytest.mark.slow
+def test_a_rerun_reuses_finished_runs_and_gives_the_same_figures(tmp_path):
+    args = ("--steps", "8", "--seeds", "1", "--no-ablations", "--no-harsh", "--tracker", "disabled",
+            "--work-dir", str(tmp_path / "work"), "--set-lr", "recipe=0.03", "--set-lr", "no_recipe=0.004")
+    first = run_benchmark("precision_gap.py", *args, "--out", str(tmp_path / "a.json"), timeout=900)
+    kept = sorted(p.name for p in (tmp_path / "work" / "results").iterdir())
+    assert kept == sorted(f"{m}-{s}-s0.json" for m in ("bf16", "fp8", "nvfp4") for s in ("recipe", "no_recipe"))
+    (tmp_path / "work" / "results" / "fp8-recipe-s0.json").unlink()  # as if interrupted during that run
+    second = run_benchmark("precision_gap.py", *args, "--out", str(tmp_path / "b.json"), timeout=900)
+    for r in (first, second):
+        for k in ("wall_seconds", "load_avg_1min", "command"):
+            r.pop(k)
+    assert second == first and first["lr"] == {"recipe": 0.03, "no_recipe": 0.004}
+
+
+def test_set_lr_names_a_known_setting():
+    import subprocess
+    import sys
+
+    from tests.benchmark_run import REPO
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "precision_gap.py"), "--set-lr", "bungee=0.1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "the setting is one of recipe, no_recipe" in proc.stderr
