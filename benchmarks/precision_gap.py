@@ -15,7 +15,8 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
   where the experts-only formats do not degrade, this is where to look for the gap.
 
 Each arm trains at its own tuned LR (`--tune-lr` sweeps each setting, the ablations included, in
-bf16 over a grid for `--tune-steps` and takes the best held-out loss); an arm compared at a borrowed LR
+bf16 over a grid for `--tune-steps` and takes the best held-out loss among the LRs whose routing
+did not collapse: a collapsed router can post a good 600-step loss and fail at 3,000); an arm compared at a borrowed LR
 measures the LR, not the recipe. Every run reports to the tracker (loss, eval loss, MaxVio per
 layer, dead experts, router- and expert-gradient norms; `--tracker offline` spools under the
 results folder for `moelab tracker sync`), and one comparison plot is written beside the JSON.
@@ -214,12 +215,43 @@ def tune(args, pool, work: Path) -> dict:
                             [*settings[setting], "model.moe.precision.expert=bf16", f"optim.lr={lr}"],
                             0, args.tune_steps, ["tracker.mode=disabled"]) for setting, lr in keys], work)
     losses = {k: r["eval_loss"] for k, r in zip(keys, runs, strict=True)}
-    best = {s: min((lr for (st, lr) in losses if st == s), key=lambda lr: losses[(s, lr)]) for s in settings}
+    maxvio = {k: r["maxvio_last_half"] for k, r in zip(keys, runs, strict=True)}
+    best, collapsed = pick_lrs(losses, maxvio, collapse_maxvio())
     edge = [s for s, lr in best.items() if lr in (TUNE_GRID[0], TUNE_GRID[-1])]
-    print("LR tuning (bf16, held-out loss):", {f"{s} lr={lr:g}": round(v, 4) for (s, lr), v in losses.items()})
+    print("LR tuning (bf16, held-out loss / last-half MaxVio):",
+          {f"{s} lr={lr:g}": (round(v, 4), None if maxvio[(s, lr)] is None else round(maxvio[(s, lr)], 2))
+           for (s, lr), v in losses.items()})
     if edge:
         print(f"warning: the best LR of {edge} is at the edge of the grid {TUNE_GRID}")
-    return {**best, "grid": {f"{s}@{lr:g}": v for (s, lr), v in losses.items()}}
+    if collapsed:
+        print(f"warning: routing collapsed at every LR of {collapsed}; their arms compare collapsed routers")
+    return {**best, "grid": {f"{s}@{lr:g}": v for (s, lr), v in losses.items()},
+            "grid_maxvio": {f"{s}@{lr:g}": v for (s, lr), v in maxvio.items()}}
+
+
+def collapse_maxvio() -> float:
+    """Half the largest MaxVio the shape allows (E/K − 1, every token on K experts): above it the
+    router sends most tokens to a few experts."""
+    from shared.config import load_config
+
+    moe = load_config(ROOT / "configs" / "tiny.yaml", SHAPE).model.moe
+    return (moe.n_routed_experts / moe.top_k - 1) / 2
+
+
+def pick_lrs(losses: dict[tuple[str, float], float], maxvio: dict[tuple[str, float], float | None],
+             ceiling: float) -> tuple[dict[str, float], list[str]]:
+    """Each setting's LR: the best held-out loss among the LRs whose routing did not collapse
+    (last-half MaxVio ≤ `ceiling`), since a collapsed router can still post a good short-run loss
+    and then fail over the full horizon; a setting that collapsed at every LR gets its best loss
+    and is named in the second return value."""
+    best, collapsed = {}, []
+    for setting in dict.fromkeys(st for st, _ in losses):
+        lrs = [lr for st, lr in losses if st == setting]
+        stable = [lr for lr in lrs if maxvio[(setting, lr)] is not None and maxvio[(setting, lr)] <= ceiling]
+        if not stable:
+            collapsed.append(setting)
+        best[setting] = min(stable or lrs, key=lambda lr: losses[(setting, lr)])
+    return best, collapsed
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -307,7 +339,7 @@ def main(argv: list[str] | None = None) -> dict:
                        for n, a in table.items() if n.split("-")[0] in HARSH},
         "max_vio": {n: a["maxvio_last_half"] for n, a in table.items()},
         "dead_experts": {n: a["dead_experts"] for n, a in table.items()},
-        "arms": table, "lr": lr, "lr_tuning": tuned.get("grid"), "all_finite": all(a["finite"] for a in table.values()),
+        "arms": table, "lr": lr, "lr_tuning": tuned.get("grid"), "lr_tuning_maxvio": tuned.get("grid_maxvio"), "all_finite": all(a["finite"] for a in table.values()),
         "steps": args.steps, "seeds": args.seeds, "tokens_per_step": tokens_per_step, "quick": args.quick,
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],

@@ -44,3 +44,18 @@ def test_set_lr_names_a_known_setting():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "precision_gap.py"), "--set-lr", "bungee=0.1"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "the setting is one of recipe, no_recipe" in proc.stderr
+
+
+def test_the_tuned_lr_is_the_best_loss_whose_routing_did_not_collapse():
+    import importlib.util
+
+    from tests.benchmark_run import REPO
+
+    spec = importlib.util.spec_from_file_location("precision_gap", REPO / "benchmarks" / "precision_gap.py")
+    pg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pg)
+    losses = {("recipe", 0.016): 6.45, ("recipe", 0.064): 6.44, ("no_recipe", 0.004): 6.3, ("no_recipe", 0.008): 6.2}
+    maxvio = {("recipe", 0.016): 1.7, ("recipe", 0.064): 7.0, ("no_recipe", 0.004): 5.0, ("no_recipe", 0.008): 6.0}
+    best, collapsed = pg.pick_lrs(losses, maxvio, ceiling=3.5)
+    assert best == {"recipe": 0.016, "no_recipe": 0.008} and collapsed == ["no_recipe"]
+    assert pg.collapse_maxvio() == (32 / 4 - 1) / 2  # the experiment's 32 experts, top-4
