@@ -16,8 +16,8 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
 
 Each arm trains at its own tuned LR (`--tune-lr` sweeps each setting, the ablations included, in
 bf16 over a grid for `--tune-steps` and takes the best held-out loss among the LRs whose routing
-did not collapse: a collapsed router can post a good 600-step loss and fail at 3,000); an arm compared at a borrowed LR
-measures the LR, not the recipe. Every run reports to the tracker (loss, eval loss, MaxVio per
+did not collapse: a collapsed router can post a good 600-step loss and fail at 3,000); an arm
+compared at a borrowed LR measures the LR, not the recipe. Every run reports to the tracker (loss, eval loss, MaxVio per
 layer, dead experts, router- and expert-gradient norms; `--tracker offline` spools under the
 results folder for `moelab tracker sync`), and one comparison plot is written beside the JSON.
 The gaps are read against the seed spread of bf16 (two inits, same recipe): a gap smaller than
@@ -28,7 +28,8 @@ that is noise.
 
 Every finished run's figures are kept under `--work-dir` (runs/precision_gap), keyed by its
 shape, overrides, seed and steps, so the same command run again continues where an interrupted
-one stopped, and a changed arm is trained afresh.
+one stopped, and a changed arm is trained afresh. The key does not hold the code: after a change to
+the model, trainer or precision code, give a fresh `--work-dir`.
 
 The last output line is one JSON object with fp8_gap, nvfp4_gap, fp8_gap_no_recipe,
 nvfp4_gap_no_recipe, the seed spreads and, per arm, the final MaxVio and dead experts.
