@@ -17,12 +17,11 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
 Each arm trains at its own tuned LR (`--tune-lr` sweeps each setting, the ablations included, in
 bf16 over a grid for `--tune-steps` and takes the best held-out loss among the LRs whose routing
 stayed under the trainer's router-health MaxVio line: a collapsing router can post a good 600-step
-loss and fail at 3,000); an arm
-compared at a borrowed LR measures the LR, not the recipe. Every run reports to the tracker (loss, eval loss, MaxVio per
-layer, dead experts, router- and expert-gradient norms; `--tracker offline` spools under the
-results folder for `moelab tracker sync`), and one comparison plot is written beside the JSON.
-The gaps are read against the seed spread of bf16 (two inits, same recipe): a gap smaller than
-that is noise.
+loss and fail at 3,000); an arm compared at a borrowed LR measures the LR, not the recipe. Every
+run reports to the tracker (loss, eval loss, MaxVio per layer, dead experts, router- and
+expert-gradient norms; `--tracker offline` spools under the work folder for `moelab tracker sync`),
+and one comparison plot is written beside the JSON. The gaps are read against the seed spread of
+bf16 (two inits, same recipe): a gap smaller than that is noise.
 
     .venv/bin/python benchmarks/precision_gap.py --tune-lr          # the full experiment (hours on 2 cores; resumable)
     .venv/bin/python benchmarks/precision_gap.py --quick            # smoke run (a few minutes)
@@ -307,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
         work = Path(tmp) if args.quick else args.work_dir
-        spool = (out_json.parent if out_json else Path(tmp)) / "precision_gap_spool"
+        spool = work / "spool"  # machine-local tracker data: beside the runs, not among the results
         tracker = [f"tracker.mode={args.tracker}", f"tracker.spool_dir={spool}"] if args.tracker != "disabled" else \
             ["tracker.mode=disabled"]
         tuned = tune(args, pool, work) if args.tune_lr else {}
