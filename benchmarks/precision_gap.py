@@ -15,13 +15,15 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
   where the experts-only formats do not degrade, this is where to look for the gap.
 
 Each arm trains at its own tuned LR (`--tune-lr` sweeps each setting, the ablations included, in
-bf16 over a grid for `--tune-steps` and takes the best held-out loss among the LRs whose routing
+bf16 over a grid for `--tune-steps` and takes the best loss among the LRs whose routing
 stayed under the trainer's router-health MaxVio line: a collapsing router can post a good 600-step
 loss and fail at 3,000); an arm compared at a borrowed LR measures the LR, not the recipe. Every
 run reports to the tracker (loss, eval loss, MaxVio per layer, dead experts, router- and
 expert-gradient norms; `--tracker offline` spools under the work folder for `moelab tracker sync`),
-and one comparison plot is written beside the JSON. The gaps are read against the seed spread of
-bf16 (two inits, same recipe): a gap smaller than that is noise.
+and one comparison plot is written beside the JSON. Losses are the training loss over the last
+tenth of the run (see TAIL_FRACTION: held out, in distribution, paired across formats); the
+handbook eval loss is reported beside it. The gaps are read against the seed spread of bf16 (two
+inits and data orders, same recipe): a gap smaller than that is noise.
 
     .venv/bin/python benchmarks/precision_gap.py --tune-lr          # the full experiment (hours on 2 cores; resumable)
     .venv/bin/python benchmarks/precision_gap.py --quick            # smoke run (a few minutes)
@@ -81,10 +83,17 @@ HARSH = {
                         "model.moe.precision.nvfp4_weight_2d=false"],
 }
 TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
+# The measure every comparison uses: the training loss over the last tenth of the run. Each batch
+# is scored before the model trains on it and 3,000 steps read under one epoch of every source,
+# so this is a held-out loss on the training distribution over ~77k tokens, and runs with one seed
+# (bf16, fp8, nvfp4) read the same batches: their difference is paired. The eval loss (the
+# handbook, another distribution, EVAL_BATCHES batches) is reported beside it.
+TAIL_FRACTION = 0.1
+EVAL_BATCHES = 32
 
 
 def _cache_key(overrides: list[str], seed: int, steps: int) -> dict:
-    return {"shape": SHAPE, "overrides": list(overrides), "seed": seed, "steps": steps}
+    return {"shape": SHAPE, "overrides": list(overrides), "seed": seed, "steps": steps, "eval_batches": EVAL_BATCHES}
 
 
 def cached_result(work: Path, name: str, overrides: list[str], seed: int, steps: int) -> dict | None:
@@ -117,7 +126,7 @@ def train_arm(name: str, overrides: list[str], seed: int, steps: int, work: str,
 
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
         *SHAPE, *overrides, f"train.seed={seed}", f"train.steps={steps}", f"optim.warmup_steps={max(1, steps // 30)}",
-        f"train.eval_every={max(1, steps // 6)}", "train.eval_batches=8", f"train.out_dir={Path(work) / 'runs'}",
+        f"train.eval_every={max(1, steps // 6)}", f"train.eval_batches={EVAL_BATCHES}", f"train.out_dir={Path(work) / 'runs'}",
         f"train.run_name={name}-s{seed}", "train.device=cpu", f"train.checkpoint_every={steps}", *tracker,
     ])
     shutil.rmtree(run_dir(cfg), ignore_errors=True)  # an interrupted attempt's partial metrics
@@ -131,8 +140,10 @@ def train_arm(name: str, overrides: list[str], seed: int, steps: int, work: str,
         return sum(vals) / len(vals) if vals else None
 
     maxvio_layers = [k for k in series if k.startswith("router/maxvio/layer")]
+    tail = sorted(series["loss"])[-max(1, round(steps * TAIL_FRACTION)):]
     figures = {
-        "name": name, "seed": seed, "eval_loss": result.get("eval/loss"), "finite": result.get("bad_steps", 0) == 0,
+        "name": name, "seed": seed, "loss_tail": sum(series["loss"][s] for s in tail) / len(tail),
+        "eval_loss": result.get("eval/loss"), "finite": result.get("bad_steps", 0) == 0,
         "maxvio_last_half": max(last_half(k) for k in maxvio_layers) if maxvio_layers else None,
         "eval_maxvio_global": result.get("eval/maxvio_global"), "dead_experts": result.get("router/dead_experts"),
         "grad_norm_router": last_half("grad_norm/router"), "grad_norm_experts": last_half("grad_norm/experts"),
@@ -161,13 +172,15 @@ def _mean(xs):
 
 
 def summarize(runs: list[dict]) -> dict[str, dict]:
-    """Per arm (all seeds): mean eval loss, seed spread, MaxVio, dead experts, gradient norms."""
+    """Per arm (all seeds): mean loss (the last tenth's training loss), its seed spread, eval loss,
+    MaxVio, dead experts, gradient norms."""
     arms: dict[str, dict] = {}
     for name in dict.fromkeys(r["name"] for r in runs):
         rs = [r for r in runs if r["name"] == name]
-        losses = [r["eval_loss"] for r in rs]
+        losses = [r["loss_tail"] for r in rs]
         arms[name] = {
-            "eval_loss": _mean(losses), "seed_spread": max(losses) - min(losses) if len(losses) > 1 else None,
+            "loss": _mean(losses), "seed_spread": max(losses) - min(losses) if len(losses) > 1 else None,
+            "eval_loss": _mean(r["eval_loss"] for r in rs),
             "maxvio_last_half": _mean(r["maxvio_last_half"] for r in rs),
             "eval_maxvio_global": _mean(r["eval_maxvio_global"] for r in rs),
             "dead_experts": max((r["dead_experts"] or 0) for r in rs),
@@ -211,7 +224,7 @@ def plot(runs: list[dict], path: Path) -> None:
 
 
 def tune(args, pool, work: Path) -> dict:
-    """The best LR of each setting in bf16 over TUNE_GRID at --tune-steps (held-out loss): the
+    """The best LR of each setting in bf16 over TUNE_GRID at --tune-steps (last-tenth loss): the
     recipe, no recipe, and (unless --no-ablations) each ablation, whose knob may move its optimum
     (muP's multipliers off is standard parameterisation, whose LR is not the recipe's)."""
     settings = {"recipe": RECIPE, "no_recipe": NO_RECIPE, **({} if args.no_ablations else ABLATIONS)}
@@ -221,11 +234,11 @@ def tune(args, pool, work: Path) -> dict:
     runs = run_arms(pool, [(f"tune-{setting}-lr{lr:g}",
                             [*settings[setting], "model.moe.precision.expert=bf16", f"optim.lr={lr}"],
                             0, args.tune_steps, ["tracker.mode=disabled"]) for setting, lr in keys], work)
-    losses = {k: r["eval_loss"] for k, r in zip(keys, runs, strict=True)}
+    losses = {k: r["loss_tail"] for k, r in zip(keys, runs, strict=True)}
     maxvio = {k: r["maxvio_last_half"] for k, r in zip(keys, runs, strict=True)}
     best, collapsed = pick_lrs(losses, maxvio, collapse_maxvio())
     edge = [s for s, lr in best.items() if lr in (TUNE_GRID[0], TUNE_GRID[-1])]
-    print("LR tuning (bf16, held-out loss / last-half MaxVio):",
+    print("LR tuning (bf16, last-tenth loss / last-half MaxVio):",
           {f"{s} lr={lr:g}": (round(v, 4), None if maxvio[(s, lr)] is None else round(maxvio[(s, lr)], 2))
            for (s, lr), v in losses.items()})
     if edge:
@@ -248,7 +261,7 @@ def collapse_maxvio() -> float:
 
 def pick_lrs(losses: dict[tuple[str, float], float], maxvio: dict[tuple[str, float], float | None],
              ceiling: float) -> tuple[dict[str, float], list[str]]:
-    """Each setting's LR: the best held-out loss among the LRs whose routing did not collapse
+    """Each setting's LR: the best loss among the LRs whose routing did not collapse
     (last-half MaxVio ≤ `ceiling`), since a collapsed router can still post a good short-run loss
     and then fail over the full horizon; a setting that collapsed at every LR gets its best loss
     and is named in the second return value."""
@@ -329,26 +342,30 @@ def main(argv: list[str] | None = None) -> dict:
     table = summarize(runs)
 
     def gap(mode: str, setting: str) -> float:
-        return round(table[f"{mode}-{setting}"]["eval_loss"] - table[f"bf16-{setting}"]["eval_loss"], 5)
+        return round(table[f"{mode}-{setting}"]["loss"] - table[f"bf16-{setting}"]["loss"], 5)
 
     print(f"precision gap: {args.steps} steps × {tokens_per_step} tokens, 32 experts top-4, {args.seeds} seed(s); LRs {lr}")
-    print(f"{'arm':26s} {'eval loss':>9s} {'spread':>7s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} {'|g| experts':>11s}")
+    print(f"{'arm':26s} {'loss':>7s} {'spread':>7s} {'eval loss':>9s} {'MaxVio':>7s} {'dead':>5s} {'|g| router':>10s} "
+          f"{'|g| experts':>11s}")
     for name, a in table.items():
         spread = "-" if a["seed_spread"] is None else f"{a['seed_spread']:.4f}"
-        print(f"{name:26s} {a['eval_loss']:9.4f} {spread:>7s} {a['maxvio_last_half'] or 0:7.3f} {a['dead_experts']:5d} "
+        print(f"{name:26s} {a['loss']:7.4f} {spread:>7s} {a['eval_loss']:9.4f} {a['maxvio_last_half'] or 0:7.3f} "
+              f"{a['dead_experts']:5d} "
               f"{a['grad_norm_router'] or 0:10.4f} {a['grad_norm_experts'] or 0:11.4f}")
     result = {
         "fp8_gap": gap("fp8", "recipe"), "nvfp4_gap": gap("nvfp4", "recipe"),
         "fp8_gap_no_recipe": gap("fp8", "no_recipe"), "nvfp4_gap_no_recipe": gap("nvfp4", "no_recipe"),
         "bf16_seed_spread": table["bf16-recipe"]["seed_spread"], "bf16_seed_spread_no_recipe": table["bf16-no_recipe"]["seed_spread"],
-        "bf16_loss": table["bf16-recipe"]["eval_loss"], "bf16_loss_no_recipe": table["bf16-no_recipe"]["eval_loss"],
+        "bf16_loss": table["bf16-recipe"]["loss"], "bf16_loss_no_recipe": table["bf16-no_recipe"]["loss"],
+        "bf16_eval_loss": table["bf16-recipe"]["eval_loss"], "bf16_eval_loss_no_recipe": table["bf16-no_recipe"]["eval_loss"],
         "harsh_gaps": {n.rsplit("-", 1)[0] + ("" if n.endswith("-recipe") else "_no_recipe"):
-                       round(a["eval_loss"] - table["bf16-" + n.rsplit("-", 1)[1]]["eval_loss"], 5)
+                       round(a["loss"] - table["bf16-" + n.rsplit("-", 1)[1]]["loss"], 5)
                        for n, a in table.items() if n.split("-")[0] in HARSH},
         "max_vio": {n: a["maxvio_last_half"] for n, a in table.items()},
         "dead_experts": {n: a["dead_experts"] for n, a in table.items()},
         "arms": table, "lr": lr, "lr_tuning": tuned.get("grid"), "lr_tuning_maxvio": tuned.get("grid_maxvio"), "all_finite": all(a["finite"] for a in table.values()),
         "steps": args.steps, "seeds": args.seeds, "tokens_per_step": tokens_per_step, "quick": args.quick,
+        "loss_measure": f"training loss over the last {TAIL_FRACTION:.0%} of steps (scored before each update)",
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "command": "benchmarks/precision_gap.py " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -3,7 +3,9 @@
 Training batches come from `shared.data`'s mixture loader (each rank reads its own slice; the
 position is a small state saved in every checkpoint). Eval batches come from shards of held-out
 documents (`mixture.eval_documents`), never from the training stream, and each eval reads the
-same first batches, so eval losses are comparable across steps and runs.
+same first batches, so eval losses are comparable across steps and runs. The held-out stream is
+shuffled with a fixed seed, not `train.seed`: runs that differ only by seed are measured on the
+same tokens, so their spread is the runs' spread and not that of two different eval sets.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from shared.data.prepare import make_loader, tokenize
 log = logging.getLogger(__name__)
 
 
+EVAL_SEED = 0
+
+
 def eval_config(cfg: ExperimentConfig) -> ExperimentConfig | None:
-    """The config whose mixture reads the held-out shards, or None when none are configured."""
+    """The config whose mixture reads the held-out shards (in `EVAL_SEED`'s order, whatever the
+    run's seed), or None when none are configured."""
     if not cfg.mixture.eval_documents:
         return None
     mix = cfg.mixture.model_copy(update={
@@ -30,7 +36,7 @@ def eval_config(cfg: ExperimentConfig) -> ExperimentConfig | None:
         "on_exhausted": "repeat",
         "rates": {},
     })
-    return cfg.model_copy(update={"mixture": mix})
+    return cfg.model_copy(update={"mixture": mix, "train": cfg.train.model_copy(update={"seed": EVAL_SEED})})
 
 
 RAW_SUFFIXES = (".jsonl", ".jsonl.gz")

@@ -37,6 +37,10 @@ def _ray_worker(config: dict[str, Any]) -> None:
 
     from services.trainer.loop import WorkerContext, train_worker
 
+    # Ray Train starts each worker in its own trial folder; the config's relative paths (data/demo/…,
+    # runs/…) mean the folder `moelab train` was started in, so go back to it where this node has it.
+    if os.path.isdir(config["cwd"]):
+        os.chdir(config["cwd"])
     ctx = ray.train.get_context()
     cfg = validate(config["cfg"], source="ray worker")
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -102,7 +106,7 @@ def run_ray(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
     nccl = cfg.train.device == "cuda" or (cfg.train.device == "auto" and scaling.use_gpu)
     trainer = TorchTrainer(
         _ray_worker,
-        train_loop_config={"cfg": cfg.model_dump(mode="json"), "resume": resume},
+        train_loop_config={"cfg": cfg.model_dump(mode="json"), "resume": resume, "cwd": os.getcwd()},
         torch_config=TorchConfig(backend="nccl" if nccl else "gloo"),
         scaling_config=scaling,
         run_config=RunConfig(name=cfg.train.run_name or cfg.name,

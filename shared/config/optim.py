@@ -43,6 +43,12 @@ class OptimConfig(Section):
         default_factory=lambda: [r"embed", r"(^|\.)lm_head\.", r"norm", r"router", r"bias", r"bungee"],
         description="Regexes (re.search on parameter names) sent to AdamW; other >= 2-D tensors go to Muon.",
     )
+    no_decay_patterns: list[str] = Field(
+        default_factory=lambda: [r"router"],
+        description="Regexes (re.search on parameter names) of matrices kept out of weight decay. The router: "
+        "its logits' spread across tokens is what the balancing bias competes with, and decay shrinks it "
+        "until the bias alone picks the experts and every token picks the same ones.",
+    )
     lr_scales: dict[str, float] = Field(
         default_factory=dict,
         description="Extra LR factors on top of muP, {regex on parameter names: factor} (first match wins), "
@@ -52,7 +58,8 @@ class OptimConfig(Section):
 
     @model_validator(mode="after")
     def _check_patterns(self) -> OptimConfig:
-        for field, patterns in (("adamw_patterns", self.adamw_patterns), ("lr_scales", list(self.lr_scales))):
+        for field, patterns in (("adamw_patterns", self.adamw_patterns), ("no_decay_patterns", self.no_decay_patterns),
+                                ("lr_scales", list(self.lr_scales))):
             for pattern in patterns:
                 try:
                     re.compile(pattern)

@@ -8,7 +8,9 @@ Rules, in order (the Muon/Moonlight practice, Jordan 2024; Liu et al. 2025):
    role but "matrix" — convolution kernels, whose (C, 1, k) shape is no stack of matrices, and
    tables such as learned positions.
 3. 2-D hidden matrices and 3-D expert stacks go to Muon (each expert orthogonalised on its own).
-With `optim.name = adamw` everything goes to AdamW. Weight decay applies to ≥ 2-D tensors only.
+With `optim.name = adamw` everything goes to AdamW. Weight decay applies to ≥ 2-D tensors only, and
+not to names matching `optim.no_decay_patterns` (the router, whose scale the balancing bias must
+not outgrow).
 Each parameter's muP LR multiplier depends on the optimizer it lands in (shared/optim/scaling.py).
 Parameters are then split by (optimizer, LR multiplier, decay) so each torch param group has one
 multiplier; every parameter lands in exactly one group.
@@ -83,7 +85,8 @@ def build_groups(
         else:
             mult = lr_multiplier(scaling, opt, cfg.muon_lr_adjust) if scaling else 1.0
         mult *= next((f for pattern, f in cfg.lr_scales.items() if re.search(pattern, name)), 1.0)
-        key = (opt, float(f"{mult:.9g}"), p.dim() >= 2)  # equal multipliers up to rounding share a group
+        decay = p.dim() >= 2 and not any(re.search(pattern, name) for pattern in cfg.no_decay_patterns)
+        key = (opt, float(f"{mult:.9g}"), decay)  # equal multipliers up to rounding share a group
         spec = groups.setdefault(key, GroupSpec(*key))
         spec.names.append(name)
         spec.params.append(p)

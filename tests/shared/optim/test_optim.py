@@ -46,6 +46,18 @@ def test_every_parameter_in_exactly_one_group_with_experts_in_muon():
             assert where[n] == "adamw", n
 
 
+@pytest.mark.parametrize("patterns, router_decays", [(None, False), ("[]", True)])
+def test_the_router_is_kept_out_of_weight_decay_unless_asked(patterns, router_decays):
+    """A decayed router shrinks until the balancing bias alone picks the experts (every token the
+    same ones): by default its matrix has no decay, while the other matrices keep theirs."""
+    cfg, model = _tiny([] if patterns is None else [f"optim.no_decay_patterns={patterns}"])
+    opt = build_optimizer(model, cfg.optim, total_steps=10)
+    decay = {n: pg["weight_decay"] > 0 for pg in opt.param_groups for n in pg["names"]}
+    routers = [n for n in decay if n.endswith("router.weight_ED")]
+    assert routers and all(decay[n] is router_decays for n in routers)
+    assert all(decay[n] for n in decay if n.endswith(("w1_EFD", "lm_head.weight")))
+
+
 def test_adamw_only_config_puts_everything_in_adamw():
     cfg, model = _tiny(["optim.name=adamw"])
     opt = build_optimizer(model, cfg.optim, total_steps=10)
