@@ -1,0 +1,24 @@
+"""scripts/eval_streams.py reproduces the trainer's own eval on the run's stream and scores others."""
+
+from __future__ import annotations
+
+import math
+from pydoc_data.topics import topics
+
+import pytest
+
+from scripts import eval_streams
+from services.trainer.launch import run_local
+from tests.services.trainer.conftest import tiny_cfg, write_docs
+
+
+@pytest.mark.slow
+def test_a_finished_run_is_scored_on_its_own_stream_and_on_another_shuffle(tmp_path):
+    texts = [t for _, t in sorted(topics.items()) if len(t) > 200]
+    globs = write_docs(tmp_path / "docs" / "train", texts[:-40], "web"), write_docs(tmp_path / "docs" / "eval", texts[-40:], "web")
+    cfg = tiny_cfg(tmp_path, globs, "train.steps=4", "train.eval_every=4", "train.checkpoint_every=4", "train.eval_batches=2")
+    result = run_local(cfg)
+    rows = {(r["seed"], r["batches"]): r for r in eval_streams.main([str(tmp_path / "runs" / "tiny"), "--batches", "2"])}
+    # The trainer scores the stream shuffled with seed 0 (whatever the run's seed): same model, same tokens.
+    assert rows[(0, 2)]["loss"] == pytest.approx(result["eval/loss"], rel=1e-5)
+    assert math.isfinite(rows[(1, 2)]["loss"]) and rows[(1, 2)]["loss"] != rows[(0, 2)]["loss"]
