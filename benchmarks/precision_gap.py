@@ -9,7 +9,8 @@ width 16, top-4, one shared expert, 4 × 64 = 256 tokens per step. Arms:
 
 - **main**: {bf16, fp8, nvfp4} × {recipe, no recipe (SP, no bungee, clip 1.0)} × seeds;
 - **ablations**: the recipe with one knob changed — muP multipliers off, clipping at 1.0, no
-  bungee, the bungee on the experts' output instead of their input — in bf16 and fp8;
+  bungee, the bungee on the experts' output instead of their input — in bf16 (`--ablation-modes
+  bf16,fp8` adds fp8: worth it where the main arms show an fp8 gap for a knob to close);
 - **harsh**: attention and dense GEMMs in the low format too, with per-tensor fp8 scales, or
   nvfp4 without the Hadamard transform, stochastic rounding or 2-D weight blocks — recipe on/off:
   where the experts-only formats do not degrade, this is where to look for the gap.
@@ -247,7 +248,8 @@ def tune(args, pool, work: Path) -> dict:
         print(f"warning: MaxVio crossed the router-health line at every LR of {collapsed}; their arms compare "
               "unbalanced routers")
     return {**best, "grid": {f"{s}@{lr:g}": v for (s, lr), v in losses.items()},
-            "grid_maxvio": {f"{s}@{lr:g}": v for (s, lr), v in maxvio.items()}}
+            "grid_maxvio": {f"{s}@{lr:g}": v for (s, lr), v in maxvio.items()},
+            "train_seconds": sum(r["seconds"] for r in runs)}
 
 
 def collapse_maxvio() -> float:
@@ -286,6 +288,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tune-lr", action="store_true", help="pick each setting's LR by a short bf16 sweep first")
     p.add_argument("--tune-steps", type=int, default=600)
     p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--ablation-modes", default="bf16",
+                   help="expert formats the ablations train in, comma-separated (default bf16; e.g. bf16,fp8)")
     p.add_argument("--no-harsh", action="store_true", help="skip the all-GEMM low-precision arms")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once (one thread each)")
     p.add_argument("--tracker", choices=("offline", "online", "disabled"), default="offline")
@@ -305,6 +309,10 @@ def main(argv: list[str] | None = None) -> dict:
             set_lr[setting] = float(value)
         except ValueError:
             p.error(f"--set-lr {item!r}: {value!r} is not a number")
+    ablation_modes = [m for m in args.ablation_modes.split(",") if m]
+    if not set(ablation_modes) <= set(MODES) or "bf16" not in ablation_modes:
+        p.error(f"--ablation-modes {args.ablation_modes!r}: formats from {', '.join(MODES)}, bf16 among them "
+                "(each ablation's gap is read against its bf16 run)")
     if args.quick:
         args.steps, args.seeds, args.no_ablations, args.no_harsh, args.tune_lr = 30, 1, True, True, False
     from services.trainer.data import prepare_shards, with_parquet_documents
@@ -331,7 +339,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.no_ablations:
             lr.update({a: set_lr.get(a) or tuned.get(a) or lr["recipe"] for a in ABLATIONS})
             arms += [(f"{m}-{a}", [f"model.moe.precision.expert={m}", *o, f"optim.lr={lr[a]}"])
-                     for a, o in ABLATIONS.items() for m in ("bf16", "fp8")]
+                     for a, o in ABLATIONS.items() for m in ablation_modes]
         if not args.no_harsh:
             arms += [(f"{h}-{st}", [*o, *ho, f"optim.lr={lr[st]}"])
                      for h, ho in HARSH.items() for st, o in (("recipe", RECIPE), ("no_recipe", NO_RECIPE))]
@@ -367,6 +375,10 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": args.steps, "seeds": args.seeds, "tokens_per_step": tokens_per_step, "quick": args.quick,
         "loss_measure": f"training loss over the last {TAIL_FRACTION:.0%} of steps (scored before each update)",
         "wall_seconds": round(time.perf_counter() - t0, 1),
+        # Every run's own training time, reused ones included: the experiment's cost however many
+        # invocations it took (divided by --workers: its wall time on this machine, roughly).
+        "train_seconds": round(sum(r["seconds"] for r in runs) + tuned.get("train_seconds", 0), 1),
+        "workers": args.workers,
         "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "command": "benchmarks/precision_gap.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }

@@ -27,10 +27,16 @@ def test_a_rerun_reuses_finished_runs_and_gives_the_same_figures(tmp_path):
     first = run_benchmark("precision_gap.py", *args, "--out", str(tmp_path / "a.json"), timeout=900)
     kept = sorted(p.name for p in (tmp_path / "work" / "results").iterdir())
     assert kept == sorted(f"{m}-{s}-s0.json" for m in ("bf16", "fp8", "nvfp4") for s in ("recipe", "no_recipe"))
+    stored = json.loads((tmp_path / "work" / "results" / "bf16-recipe-s0.json").read_text())["result"]
+    losses = stored["curves"]["loss"]
+    tail = [losses[k] for k in sorted(losses, key=int)][-1:]  # the last tenth of 8 steps: the last one
+    assert stored["loss_tail"] == pytest.approx(sum(tail) / len(tail))
+    assert first["arms"]["bf16-recipe"]["loss"] == pytest.approx(stored["loss_tail"])
+    assert first["fp8_gap"] == pytest.approx(first["arms"]["fp8-recipe"]["loss"] - stored["loss_tail"], abs=1e-5)
     (tmp_path / "work" / "results" / "fp8-recipe-s0.json").unlink()  # as if interrupted during that run
     second = run_benchmark("precision_gap.py", *args, "--out", str(tmp_path / "b.json"), timeout=900)
     for r in (first, second):
-        for k in ("wall_seconds", "load_avg_1min", "command"):
+        for k in ("wall_seconds", "train_seconds", "load_avg_1min", "command"):
             r.pop(k)
     assert second == first and first["lr"] == {"recipe": 0.03, "no_recipe": 0.004}
 
@@ -44,6 +50,17 @@ def test_set_lr_names_a_known_setting():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "precision_gap.py"), "--set-lr", "bungee=0.1"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "the setting is one of recipe, no_recipe" in proc.stderr
+
+
+def test_ablation_modes_are_known_formats_with_bf16_among_them():
+    import subprocess
+    import sys
+
+    from tests.benchmark_run import REPO
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "precision_gap.py"), "--ablation-modes", "fp8,fp6"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--ablation-modes" in proc.stderr
 
 
 def test_the_tuned_lr_is_the_best_loss_whose_routing_did_not_collapse():
