@@ -35,13 +35,14 @@ class BalanceConfig(Section):
 class BungeeConfig(Section):
     """The Kaiju-style recipe's bungee: "a single scalar at the output of the experts' pre-output norm,
     initialised at 2.0". Where that output is, is a reading: the pre-FFN norm's output that feeds
-    the router and experts (`input`), or the MoE layer's combined expert output (`output`)."""
+    the experts (`input`; the router reads that output unscaled), or the MoE layer's combined
+    expert output (`output`)."""
 
     enabled: bool = Field(True, description="Use the learnable bungee scalar.")
     init: float = Field(2.0, gt=0.0, le=100.0, description="Initial value of the scalar (the recipe's 2.0).")
     placement: Literal["input", "output"] = Field(
-        "input", description="input: scales the normed MoE input (router and experts see it); output: scales the "
-        "combined routed + shared expert output.",
+        "input", description="input: scales the normed MoE input the experts see (the router reads it unscaled); "
+        "output: scales the combined routed + shared expert output.",
     )
 
 

@@ -30,9 +30,12 @@ class MoELayer(nn.Module):
 
     The bungee scalar, our reading of the Kaiju-style recipe ("a single scalar at the output of the
     experts' pre-output norm, initialised at 2.0"), placed by `bungee.placement`:
-    - `input`: the block's pre-FFN RMSNorm output that feeds the router and experts is multiplied by
-      the scalar (x' = b·x), so experts start with a larger-than-unit input and can pull it back,
-      without touching the residual stream's scale;
+    - `input`: the block's pre-FFN RMSNorm output is multiplied by the scalar for the experts
+      (x' = b·x), so experts start with a larger-than-unit input and can pull it back, without
+      touching the residual stream's scale. The router reads the unscaled x: scaled, its logits
+      shrank with b, and where training drove b through zero (one layer of three 3,000-step runs
+      of the precision experiment) every token got the same scores, the bias alone chose the
+      experts and all tokens went to the same four (docs/LOG.md);
     - `output`: the combined expert output is multiplied by it (y = b·(shared + routed)), the
       scalar then sets how loudly the MoE writes into the residual stream.
     RMSNorm's per-channel gain is optimised like any vector; the scalar moves the whole thing as one.
@@ -59,10 +62,10 @@ class MoELayer(nn.Module):
         cfg = self.cfg
         B, T, D = x_BTD.shape
         scale_input = self.bungee is not None and cfg.bungee.placement == "input"
+        r = self.router(x_BTD.reshape(B * T, D))  # the unscaled input (see the class docstring)
         if scale_input:
             x_BTD = x_BTD * self.bungee.to(x_BTD.dtype)
         x_ND = x_BTD.reshape(B * T, D)
-        r = self.router(x_ND)
         routed_ND, routing = self.experts(x_ND, r.idx_TK, r.weights_TK, self.capacity(B * T))
         y_ND = routed_ND if self.shared is None else routed_ND + self.shared(x_ND)
         if self.bungee is not None and not scale_input:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -116,8 +118,9 @@ def test_expert_weights_are_3d_and_named_with_shapes():
 
 
 def test_bungee_placement_scales_the_moe_input_or_its_output():
-    """input: the router and experts see b·x (so routing changes with b); output: y = b·(shared + routed)
-    (routing does not, and doubling b doubles the layer's output)."""
+    """input: the experts see b·x; output: y = b·(shared + routed) (doubling b doubles the layer's
+    output). Under neither does b move the routing: a bungee trained towards zero must not take
+    the router's input with it (every token would get the same scores)."""
     torch.manual_seed(0)
     x = torch.randn(2, 5, 64)
     outs = {}
@@ -132,6 +135,13 @@ def test_bungee_placement_scales_the_moe_input_or_its_output():
     y1, y2, load1, load2 = outs["output"]
     torch.testing.assert_close(y2, 2 * y1)
     assert torch.equal(load1, load2)
-    y1, y2, _, _ = outs["input"]
+    y1, y2, load1, load2 = outs["input"]
     assert not torch.allclose(y2, 2 * y1)
+    assert torch.equal(load1, load2)
+    cfg = _tiny(**{"moe.bungee.placement": "input"})
+    layer = MoETransformer(cfg).moe_layers()[0]
+    with torch.no_grad():
+        layer.bungee.fill_(0.0)
+    _, stats = layer(x)
+    assert stats["router_entropy"] < math.log(cfg.moe.n_routed_experts) - 1e-3  # scores still vary by token
     assert _tiny(**{"moe.bungee": "false"}).moe.bungee.enabled is False
