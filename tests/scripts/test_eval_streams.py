@@ -18,7 +18,11 @@ def test_a_finished_run_is_scored_on_its_own_stream_and_on_another_shuffle(tmp_p
     globs = write_docs(tmp_path / "docs" / "train", texts[:-40], "web"), write_docs(tmp_path / "docs" / "eval", texts[-40:], "web")
     cfg = tiny_cfg(tmp_path, globs, "train.steps=4", "train.eval_every=4", "train.checkpoint_every=4", "train.eval_batches=2")
     result = run_local(cfg)
-    rows = {(r["seed"], r["batches"]): r for r in eval_streams.main([str(tmp_path / "runs" / "tiny"), "--batches", "2"])}
+    out = eval_streams.main([str(tmp_path / "runs" / "tiny"), "--batches", "2", "--routing"])
+    rows = {(r["seed"], r["batches"]): r for r in out["streams"]}
     # The trainer scores the stream shuffled with seed 0 (whatever the run's seed): same model, same tokens.
     assert rows[(0, 2)]["loss"] == pytest.approx(result["eval/loss"], rel=1e-5)
     assert math.isfinite(rows[(1, 2)]["loss"]) and rows[(1, 2)]["loss"] != rows[(0, 2)]["loss"]
+    # One row per MoE layer; a freshly trained router's scores vary across tokens and no expert takes all.
+    assert [r["layer"] for r in out["routing"]] == list(range(cfg.model.first_k_dense, cfg.model.n_layers))
+    assert all(r["score_std_tokens"] > 1e-3 and r["busiest_expert_share"] < 1.0 for r in out["routing"])
