@@ -15,7 +15,10 @@ pytestmark = pytest.mark.slow
 def records(tmp_path_factory, doc_globs):
     tmp = tmp_path_factory.mktemp("coord")
     cfg = tiny_cfg(tmp, doc_globs, "model.n_layers=2")
-    return coord_check(cfg, [32, 64, 128], steps=2, seeds=2)
+    # 4 seeds, not 2: with 2 the mean |slope| under AdamW + muP moved from 0.094 to 0.102 across the
+    # 0.1 line when a routing change (the router reading the unscaled input) reshuffled the expert
+    # choices; with 4 it read 0.077 and 0.075 for the same two versions.
+    return coord_check(cfg, [32, 64, 128], steps=2, seeds=4)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon_adamw"])
