@@ -52,17 +52,22 @@ def final_model(run: Path):
     return cfg, model
 
 
-def score(run: Path, seeds: list[int], batches: list[int]) -> list[dict]:
-    import torch
-
+def held_out_config(run: Path, cfg):
+    """The run's held-out stream config (raw JSONL documents resolved to Parquet)."""
     from services.trainer.data import eval_config, with_parquet_documents
-    from services.trainer.evaluation import evaluate
-    from shared.data.prepare import make_loader
 
-    cfg, model = final_model(run)
     held_out = eval_config(with_parquet_documents(cfg))
     if held_out is None:
         raise SystemExit(f"{run}: the run's config has no mixture.eval_documents")
+    return held_out
+
+
+def score(model, held_out, seeds: list[int], batches: list[int]) -> list[dict]:
+    import torch
+
+    from services.trainer.evaluation import evaluate
+    from shared.data.prepare import make_loader
+
     rows = []
     for seed in seeds:
         loader = make_loader(held_out.model_copy(update={"train": held_out.train.model_copy(update={"seed": seed})}))
@@ -103,17 +108,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--batches", default="8,32", help="numbers of batches to score (comma-separated)")
     p.add_argument("--routing", action="store_true", help="also each MoE layer's router score spread and bungee")
     args = p.parse_args(argv)
-    rows = score(args.run, [int(s) for s in args.seeds.split(",")], [int(b) for b in args.batches.split(",")])
+    cfg, model = final_model(args.run)
+    held_out = held_out_config(args.run, cfg)
+    rows = score(model, held_out, [int(s) for s in args.seeds.split(",")], [int(b) for b in args.batches.split(",")])
     for r in rows:
         mv = "-" if r["maxvio_global"] is None else f"{r['maxvio_global']:.2f}"
         print(f"held-out stream seed {r['seed']}, {r['batches']} batches: loss {r['loss']:.4f}, MaxVio_global {mv}")
     out = {"run": str(args.run), "streams": rows}
     if args.routing:
-        from services.trainer.data import eval_config, with_parquet_documents
         from shared.data.prepare import make_loader
 
-        cfg, model = final_model(args.run)
-        out["routing"] = routing(model, next(make_loader(eval_config(with_parquet_documents(cfg)))))
+        out["routing"] = routing(model, next(make_loader(held_out)))
         for r in out["routing"]:
             bungee = "-" if r["bungee"] is None else f"{r['bungee']:.3f}"
             print(f"layer {r['layer']}: score std across tokens {r['score_std_tokens']:.4f}, across experts "
