@@ -26,7 +26,8 @@ tenth of the run (see TAIL_FRACTION: held out, in distribution, paired across fo
 handbook eval loss is reported beside it. The gaps are read against the seed spread of bf16 (two
 inits and data orders, same recipe): a gap smaller than that is noise.
 
-    .venv/bin/python benchmarks/precision_gap.py --tune-lr          # the full experiment (~1.7 h on 2 cores, ~1.2 h with --no-harsh; resumable)
+    .venv/bin/python benchmarks/precision_gap.py --tune-lr          # everything: ~1.8 h on 2 cores (resumable)
+    .venv/bin/python benchmarks/precision_gap.py --tune-lr --no-ablations --no-harsh   # the main grid alone: ~45 min
     .venv/bin/python benchmarks/precision_gap.py --quick            # smoke run (a few minutes)
 
 Every finished run's figures are kept under `--work-dir` (runs/precision_gap), keyed by its
