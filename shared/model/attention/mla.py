@@ -10,7 +10,8 @@ d_model/n_heads (paper §2.1.3). Both the query (q_lora_rank) and KV latents pas
 RMSNorm as in the released models (`shared.model.norm.RMSNorm`: fp32, one autograd node). V3's extra `mscale` factor only applies with YaRN context
 extension, which this model does not use.
 
-`forward` is the training path (expand keys/values, one SDPA call). `forward_absorbed` is the
+`forward` is the training path (expand keys/values, one SDPA call; the per-head q, k and padded v
+are assembled in one pass each way by `shared.model.attention.mla_heads`). `forward_absorbed` is the
 inference form that attends in latent space (W_UK absorbed into the query, W_UV applied after),
 proving the cache really is `c_kv` + `k_rope`; a test checks both against an unfused reference.
 """
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from shared.kernels.cpu_gemm import Linear
+from shared.model.attention.mla_heads import mla_heads
 from shared.model.attention.registry import register_attention
 from shared.model.norm import RMSNorm
 from shared.model.rope import RotaryEmbedding
@@ -79,16 +81,14 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, x_BTD: Tensor) -> Tensor:
         B, T, _ = x_BTD.shape
-        q_nope, q_rope = self.queries(x_BTD)
-        c_kv, k_rope = self.latents(x_BTD)
-        kv = self.wkv_b(c_kv).view(B, T, self.n_heads, self.nope + self.v_dim).transpose(1, 2)
-        k_nope, v_BHTv = kv.split([self.nope, self.v_dim], dim=-1)
-        q = torch.cat([q_nope, q_rope], dim=-1)
-        k = torch.cat([k_nope, k_rope.expand(-1, self.n_heads, -1, -1)], dim=-1)
-        # Zero-pad values to the query/key width: PyTorch's fused (flash) SDPA kernels need equal
-        # widths and otherwise fall back to the math path that materialises the (T, T) scores.
-        pad = self.qk_dim - self.v_dim
-        v_pad = F.pad(v_BHTv, (0, pad)) if pad > 0 else v_BHTv
+        H = self.n_heads
+        q_BTHk = (self.wq_b(self.q_norm(self.wq_a(x_BTD))) if self.q_lora_rank > 0 else self.wq(x_BTD)).view(
+            B, T, H, self.qk_dim)
+        c_kv, k_rope_BTr = self.wkv_a(x_BTD).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        kv_BTHm = self.wkv_b(self.kv_norm(c_kv)).view(B, T, H, self.nope + self.v_dim)
+        # values zero-padded to the query/key width: PyTorch's fused (flash) SDPA kernels need equal
+        # widths and otherwise fall back to the math path that materialises the (T, T) scores
+        q, k, v_pad = mla_heads(q_BTHk, kv_BTHm, k_rope_BTr, *self.rope.half_tables(T), self.nope)
         o_BHTv = F.scaled_dot_product_attention(q, k, v_pad, is_causal=True, scale=self.softmax_scale)
         o_BHTv = o_BHTv[..., : self.v_dim]
         return self.wo(o_BHTv.transpose(1, 2).reshape(B, T, self.n_heads * self.v_dim))
