@@ -52,7 +52,7 @@ WHAT: dict[str, tuple[str, str]] = {
 # (command, note, what the file must hold for the entry to apply). The condition keeps an entry from
 # describing a rerun made another way: a file that no longer matches gets the default rule.
 COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "precision_gap.json": ("python benchmarks/precision_gap.py --tune-lr --no-harsh", "", {"steps": 3000}),
+    "precision_gap.json": ("python benchmarks/precision_gap.py --tune-lr", "", {"steps": 3000}),
     "precision_gap_first_harness_steps200.json": (
         "python benchmarks/precision_gap.py",
         "Written by the benchmark's first harness, whose default was this run (the tiny recipe, 200 steps of "

@@ -66,26 +66,32 @@ class MultiHeadLatentAttention(nn.Module):
         self.wo = Linear(H * self.v_dim, d)
         self.rope = RotaryEmbedding(self.rope_dim, cfg.max_seq_len, cfg.rope_theta)
 
-    def queries(self, x_BTD: Tensor) -> tuple[Tensor, Tensor]:
-        """(q_nope (B,H,T,nope), q_rope (B,H,T,rope)) with RoPE applied to q_rope."""
+    def query_projection(self, x_BTD: Tensor) -> Tensor:
+        """Per-head queries (B, T, H, nope + rope), RoPE not yet applied."""
         B, T, _ = x_BTD.shape
         q = self.wq_b(self.q_norm(self.wq_a(x_BTD))) if self.q_lora_rank > 0 else self.wq(x_BTD)
-        q_BHTk = q.view(B, T, self.n_heads, self.qk_dim).transpose(1, 2)
-        q_nope, q_rope = q_BHTk.split([self.nope, self.rope_dim], dim=-1)
+        return q.view(B, T, self.n_heads, self.qk_dim)
+
+    def latent_projection(self, x_BTD: Tensor) -> tuple[Tensor, Tensor]:
+        """Normalised c_kv (B, T, r) and the shared RoPE key (B, T, rope), RoPE not yet applied."""
+        c_kv, k_rope = self.wkv_a(x_BTD).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        return self.kv_norm(c_kv), k_rope
+
+    def queries(self, x_BTD: Tensor) -> tuple[Tensor, Tensor]:
+        """(q_nope (B,H,T,nope), q_rope (B,H,T,rope)) with RoPE applied to q_rope."""
+        q_nope, q_rope = self.query_projection(x_BTD).transpose(1, 2).split([self.nope, self.rope_dim], dim=-1)
         return q_nope, self.rope(q_rope)
 
     def latents(self, x_BTD: Tensor) -> tuple[Tensor, Tensor]:
         """What the KV cache stores: normalised c_kv (B,T,r) and the shared RoPE key (B,1,T,rope)."""
-        c_kv, k_rope = self.wkv_a(x_BTD).split([self.kv_lora_rank, self.rope_dim], dim=-1)
-        return self.kv_norm(c_kv), self.rope(k_rope.unsqueeze(1))
+        c_kv, k_rope = self.latent_projection(x_BTD)
+        return c_kv, self.rope(k_rope.unsqueeze(1))
 
     def forward(self, x_BTD: Tensor) -> Tensor:
         B, T, _ = x_BTD.shape
-        H = self.n_heads
-        q_BTHk = (self.wq_b(self.q_norm(self.wq_a(x_BTD))) if self.q_lora_rank > 0 else self.wq(x_BTD)).view(
-            B, T, H, self.qk_dim)
-        c_kv, k_rope_BTr = self.wkv_a(x_BTD).split([self.kv_lora_rank, self.rope_dim], dim=-1)
-        kv_BTHm = self.wkv_b(self.kv_norm(c_kv)).view(B, T, H, self.nope + self.v_dim)
+        q_BTHk = self.query_projection(x_BTD)
+        c_kv, k_rope_BTr = self.latent_projection(x_BTD)
+        kv_BTHm = self.wkv_b(c_kv).view(B, T, self.n_heads, self.nope + self.v_dim)
         # values zero-padded to the query/key width: PyTorch's fused (flash) SDPA kernels need equal
         # widths and otherwise fall back to the math path that materialises the (T, T) scores
         q, k, v_pad = mla_heads(q_BTHk, kv_BTHm, k_rope_BTr, *self.rope.half_tables(T), self.nope)

@@ -18,14 +18,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from shared.model.rope import rotate_into
+from shared.model.rope import apply_rope_half, rotate_into
 
 
 def mla_heads_reference(q_BTHk: Tensor, kv_BTHm: Tensor, k_rope_BTr: Tensor, cos_Th: Tensor, sin_Th: Tensor,
                         nope: int) -> tuple[Tensor, Tensor, Tensor]:
     """The tensor-op form: (q, k, v padded to the q/k width), each (B, H, T, nope + rope)."""
-    from shared.model.rope import apply_rope_half
-
     q = q_BTHk.transpose(1, 2)
     q_nope, q_rope = q.split([nope, q.shape[-1] - nope], dim=-1)
     q = torch.cat([q_nope, apply_rope_half(q_rope, cos_Th, sin_Th)], dim=-1)
