@@ -299,6 +299,19 @@ def time_steps(built, s: Shape, warmup: int, rounds: int) -> dict[str, list[floa
     return times
 
 
+def paired_ratios(times: dict[str, list[float]], ours: str, peer: str) -> dict:
+    """Per-round speed ratio ours/peer (peer's step time over ours, same round) with its median and quartiles.
+
+    Load from other jobs comes and goes over seconds; two steps of one round see nearly the same
+    load, so the per-round ratio cancels most of it, and its quartiles show what is left.
+    """
+    rounds = [t_peer / t_ours for t_ours, t_peer in zip(times[ours], times[peer], strict=True)]
+    if len(rounds) < 2:
+        return {"rounds": rounds, "median": rounds[0], "q1": rounds[0], "q3": rounds[0]}
+    q1, _, q3 = statistics.quantiles(rounds, n=4)
+    return {"rounds": rounds, "median": statistics.median(rounds), "q1": q1, "q3": q3}
+
+
 def profile(built, s: Shape, top: int) -> None:
     """Print the top ops by self CPU time of one step of each system (after warm-up)."""
     from torch.profiler import ProfilerActivity
@@ -332,7 +345,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=7, help="timed steps per system (median reported)")
+    p.add_argument("--rounds", type=int, default=15, help="timed steps per system (median reported)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of one step of each")
     p.add_argument("--out", type=Path, default=None,
@@ -381,8 +394,15 @@ def main() -> None:
         "ratio_plain_ce": tps["ours[plain-ce]"] / tps[best_hf],
         "ratio_fastest_step": tps_best["ours"] / tps_best[best_hf_min],
         "ratio_torchtitan_fastest_step": tps_best["ours"] / tps_best["torchtitan"] if has_tt else None,
+        # the same comparison round by round (one step of each system per round, back to back): the
+        # spread of these says how far one run's headline can be trusted on this machine today
+        "ratio_by_round": paired_ratios(times, "ours", best_hf),
+        "ratio_torchtitan_by_round": paired_ratios(times, "ours", "torchtitan") if has_tt else None,
         "machine": machine, "blas_calls": calls, "load_average": os.getloadavg(),
     }
+    q = result["ratio_by_round"]
+    print(f"ours vs {best_hf} round by round: median {q['median']:.3f}, quartiles {q['q1']:.3f}-{q['q3']:.3f} "
+          f"over {len(q['rounds'])} rounds", flush=True)
     tt = "n/a" if not has_tt else f"{result['ratio_torchtitan']:.2f}x ({result['ratio_torchtitan_same_backend']:.2f}x)"
     print(f"ours vs HF fastest ({best_hf}): {result['ratio']:.2f}x best backend, {result['ratio_same_backend']:.2f}x "
           f"same backend (MKL); ours vs torchtitan: {tt} (medians)", flush=True)

@@ -81,11 +81,10 @@ class MoETransformer(nn.Module):
             if stats is not None:
                 aux_loss = aux_loss + stats.pop("aux_loss")
                 layer_stats[i] = stats
-        h_BTD = self.norm(x_BTD)
+        # the muP output multiplier on the D-wide hidden state, not the V-wide logits (same product, a
+        # vocab/width times cheaper), and there folded into the final norm's gain: no pass of its own
+        h_BTD = self.norm(x_BTD, scale=self.logit_mult)
         head_VD = self.tok_embeddings.weight if self.lm_head is None else self.lm_head.weight
-        # the muP output multiplier on the D-wide hidden state, not the V-wide logits: same product,
-        # a vocab/width times cheaper elementwise pass (and its backward)
-        h_BTD = h_BTD * self.logit_mult
         aux = {"layers": layer_stats, "aux_loss": aux_loss}
         if targets_BT is not None:
             aux["lm_loss"] = linear_cross_entropy(h_BTD.reshape(-1, h_BTD.shape[-1]), head_VD.to(h_BTD.dtype),
