@@ -36,6 +36,12 @@ class OptimConfig(Section):
         "match_rms_adamw",
         description="Muon update scale: 0.2·√max(A,B) so one LR/WD serves Muon and AdamW (Moonlight), or Keller's √max(1,A/B).",
     )
+    muon_lr_ratio: float = Field(
+        1.0, gt=0.0, le=100.0,
+        description="Muon's LR as a multiple of `lr` (which the AdamW side takes), on top of each matrix's muP "
+        "multiplier; with `muon_lr_adjust: match_rms_adamw` one LR is meant to serve both, the width sweeps "
+        "in docs/hparam.md measure how far it does.",
+    )
     ns_dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Newton–Schulz compute dtype; auto = bf16 on CUDA, fp32 on CPU (no hardware bf16 there)."
     )

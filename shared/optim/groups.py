@@ -84,6 +84,8 @@ def build_groups(
             mult = float(lr_multipliers[name])
         else:
             mult = lr_multiplier(scaling, opt, cfg.muon_lr_adjust) if scaling else 1.0
+        if opt == "muon":
+            mult *= cfg.muon_lr_ratio
         mult *= next((f for pattern, f in cfg.lr_scales.items() if re.search(pattern, name)), 1.0)
         decay = p.dim() >= 2 and not any(re.search(pattern, name) for pattern in cfg.no_decay_patterns)
         key = (opt, float(f"{mult:.9g}"), decay)  # equal multipliers up to rounding share a group

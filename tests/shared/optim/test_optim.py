@@ -113,6 +113,25 @@ def test_mup_multipliers_scale_matrix_lrs_from_the_model():
     assert by_name["layers.1.ffn.experts.w1_EFD"]["lr"] == pytest.approx(0.5 * base)
 
 
+def test_muon_lr_ratio_scales_the_muon_matrices_only_and_keeps_decay_independent():
+    _, model = _tiny(["model.d_model=128", "model.mup.base_width=64"])
+    cfg_one, _ = _tiny(["model.d_model=128", "model.mup.base_width=64"])
+    cfg_split, _ = _tiny(["model.d_model=128", "model.mup.base_width=64", "optim.muon_lr_ratio=0.5"])
+    groups = {}
+    for key, cfg in (("one", cfg_one), ("split", cfg_split)):
+        opt = build_optimizer(model, cfg.optim, total_steps=10)
+        groups[key] = {n: pg for pg in opt.param_groups for n in pg["names"]}
+    one, split = groups["one"], groups["split"]
+    assert one.keys() == split.keys()
+    muon = [n for n in one if n.endswith(("wq.weight", "w1_EFD", "w2_EDF"))]
+    assert muon and all(split[n]["lr_mult"] == pytest.approx(0.5 * one[n]["lr_mult"]) for n in muon)
+    for n in ("tok_embeddings.weight", "lm_head.weight", "layers.1.ffn.router.weight_ED", "norm.weight"):
+        assert split[n]["lr_mult"] == one[n]["lr_mult"]
+    # independent decay: the per-step shrink lr·multiplier·wd stays base_lr·wd whatever the ratio
+    n = "layers.1.ffn.experts.w1_EFD"
+    assert split[n]["lr_mult"] * split[n]["weight_decay"] == pytest.approx(one[n]["lr_mult"] * one[n]["weight_decay"])
+
+
 @pytest.mark.parametrize("schedule", ["cosine", "wsd", "constant"])
 def test_schedules_warm_up_then_follow_their_shape(schedule):
     cfg = OptimConfig(schedule=schedule, warmup_steps=10, min_lr_ratio=0.1, decay_fraction=0.2)
