@@ -74,16 +74,13 @@ class MoELayer(nn.Module):
         if self.training:
             self.load_accum_E += load_E.to(self.load_accum_E.dtype)
         E, bal = cfg.n_routed_experts, cfg.balance
-        terms = {
-            "seq_aux_loss": (bal.seq_aux_alpha, lambda: seq_aux_loss(r.scores_TE.view(B, T, E), r.idx_TK.view(B, T, -1), E)),
-            "switch_aux_loss": (bal.switch_aux_alpha, lambda: switch_aux_loss(r.scores_TE, r.idx_TK, E)),
-            "z_loss": (bal.z_loss_coef, lambda: router_z_loss(r.logits_TE)),
+        losses = {
+            "seq_aux_loss": seq_aux_loss(r.scores_TE.view(B, T, E), r.idx_TK.view(B, T, -1), E),
+            "switch_aux_loss": switch_aux_loss(r.scores_TE, r.idx_TK, E),
+            "z_loss": router_z_loss(r.logits_TE),
         }
-        losses = {}
-        for name, (coef, loss) in terms.items():  # every loss is logged; only those in use build a graph
-            with torch.set_grad_enabled(torch.is_grad_enabled() and coef > 0):
-                losses[name] = loss()
-        aux = sum((losses[k] * c for k, (c, _) in terms.items() if c > 0), torch.zeros((), device=x_BTD.device))
+        coefs = {"seq_aux_loss": bal.seq_aux_alpha, "switch_aux_loss": bal.switch_aux_alpha, "z_loss": bal.z_loss_coef}
+        aux = sum((losses[k] * c for k, c in coefs.items() if c > 0), torch.zeros((), device=x_BTD.device))
         stats = router_stats(load_E, r.scores_TE, self.router.expert_bias_E, losses, routing.dropped)
         stats["aux_loss"] = aux
         return y_ND.view(B, T, D), stats
