@@ -369,8 +369,8 @@ def main() -> None:
     probe = torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=torch.Generator().manual_seed(7))
     for _, step in built.values():
         step(probe)  # first steps: the GEMM autotune measures its new shape classes here, uncounted
-    # (CPU flash attention runs its blocks as MKL SGEMMs, so ours counts thousands where the peers'
-    # math-path attention counts a few batched calls)
+    # (ours runs MLA's attention as batched GEMMs, `shared.kernels.causal_attention`; SDPA's CPU
+    # flash kernel, where it runs, calls MKL SGEMM per tile, thousands a step)
     calls = print_blas_calls({name: (lambda step=step: step(probe)) for name, (_, step) in built.items()})
     times = time_steps(built, s, args.warmup, args.rounds)
     tokens = s.batch * s.seq

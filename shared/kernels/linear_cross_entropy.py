@@ -20,6 +20,8 @@ computes them (ATen's softmax kernel); loss and gradients match the plain path t
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -59,6 +61,22 @@ def _block_loss_and_softmax(z_CV: Tensor, y_C: Tensor, h_CD: Tensor, w_VD: Tenso
     return loss
 
 
+_workspace = threading.local()
+
+
+def _logits_block(rows: int, like_h: Tensor, vocab: int) -> Tensor:
+    """The (rows, V) logits block, kept between calls (one per thread, the last shape asked for).
+
+    Why: a fresh 8 MiB block every step is fresh pages from the OS once the allocator has handed
+    the last one back, and on the 2-core benchmark VM first-touching them cost 12–16 ms of a
+    ~320 ms step (the first block's GEMM ran at a third of its speed). The block never leaves
+    this module: its contents are dead once the block's gradients are taken."""
+    buf = getattr(_workspace, "logits", None)
+    if buf is None or buf.shape != (rows, vocab) or buf.dtype != like_h.dtype or buf.device != like_h.device:
+        buf = _workspace.logits = like_h.new_empty(rows, vocab)
+    return buf
+
+
 def _blocks(h_ND: Tensor, w_VD: Tensor, y_N: Tensor, chunk_rows: int, need_h: bool, need_w: bool
             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """The mean loss, and the gradients asked for, one block of rows at a time.
@@ -69,7 +87,7 @@ def _blocks(h_ND: Tensor, w_VD: Tensor, y_N: Tensor, chunk_rows: int, need_h: bo
     dh_ND = torch.empty_like(h_ND) if need_h else None
     dw_VD = torch.zeros_like(w_VD) if need_w else None
     total = h_ND.new_zeros(())
-    z_buf = h_ND.new_empty(min(chunk_rows, n), w_VD.shape[0])
+    z_buf = _logits_block(min(chunk_rows, n), h_ND, w_VD.shape[0])
     rows = torch.arange(z_buf.shape[0], device=h_ND.device)
     for start in range(0, n, chunk_rows):
         h_CD, y_C = h_ND[start:start + chunk_rows], y_N[start:start + chunk_rows]

@@ -10,8 +10,8 @@ d_model/n_heads (paper §2.1.3). Both the query (q_lora_rank) and KV latents pas
 RMSNorm as in the released models (`shared.model.norm.RMSNorm`: fp32, one autograd node). V3's extra `mscale` factor only applies with YaRN context
 extension, which this model does not use.
 
-`forward` is the training path (expand keys/values, one SDPA call; the per-head q, k and padded v
-are assembled in one pass each way by `shared.model.attention.mla_heads`). `forward_absorbed` is the
+`forward` is the training path (expand keys/values, one causal attention call,
+`shared.kernels.causal_attention`; the per-head q, k and v, padded for SDPA where it runs, are assembled in one pass each way by `shared.model.attention.mla_heads`). `forward_absorbed` is the
 inference form that attends in latent space (W_UK absorbed into the query, W_UV applied after),
 proving the cache really is `c_kv` + `k_rope`; a test checks both against an unfused reference.
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from shared.kernels.causal_attention import blocked_applies, causal_attention
 from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.mla_heads import mla_heads
 from shared.model.attention.registry import register_attention
@@ -92,11 +92,11 @@ class MultiHeadLatentAttention(nn.Module):
         q_BTHk = self.query_projection(x_BTD)
         c_kv, k_rope_BTr = self.latent_projection(x_BTD)
         kv_BTHm = self.wkv_b(c_kv).view(B, T, self.n_heads, self.nope + self.v_dim)
-        # values zero-padded to the query/key width: PyTorch's fused (flash) SDPA kernels need equal
-        # widths and otherwise fall back to the math path that materialises the (T, T) scores
-        q, k, v_pad = mla_heads(q_BTHk, kv_BTHm, k_rope_BTr, *self.rope.half_tables(T), self.nope)
-        o_BHTv = F.scaled_dot_product_attention(q, k, v_pad, is_causal=True, scale=self.softmax_scale)
-        o_BHTv = o_BHTv[..., : self.v_dim]
+        # values zero-padded to the query/key width where SDPA runs: its fused (flash) kernels need
+        # equal widths and otherwise fall back to the math path that materialises the (T, T) scores
+        pad_v = not blocked_applies(q_BTHk, T, self.v_dim)
+        q, k, v = mla_heads(q_BTHk, kv_BTHm, k_rope_BTr, *self.rope.half_tables(T), self.nope, pad_v)
+        o_BHTv = causal_attention(q, k, v, self.softmax_scale)[..., : self.v_dim]
         return self.wo(o_BHTv.transpose(1, 2).reshape(B, T, self.n_heads * self.v_dim))
 
     def forward_absorbed(self, x_BTD: Tensor) -> Tensor:

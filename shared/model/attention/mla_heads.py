@@ -22,8 +22,9 @@ from shared.model.rope import apply_rope_half, rotate_into
 
 
 def mla_heads_reference(q_BTHk: Tensor, kv_BTHm: Tensor, k_rope_BTr: Tensor, cos_Th: Tensor, sin_Th: Tensor,
-                        nope: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The tensor-op form: (q, k, v padded to the q/k width), each (B, H, T, nope + rope)."""
+                        nope: int, pad_v: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """The tensor-op form: q and k (B, H, T, nope + rope), v (B, H, T, v width), padded to the q/k
+    width if `pad_v`."""
     q = q_BTHk.transpose(1, 2)
     q_nope, q_rope = q.split([nope, q.shape[-1] - nope], dim=-1)
     q = torch.cat([q_nope, apply_rope_half(q_rope, cos_Th, sin_Th)], dim=-1)
@@ -31,18 +32,20 @@ def mla_heads_reference(q_BTHk: Tensor, kv_BTHm: Tensor, k_rope_BTr: Tensor, cos
     k_nope, v = kv.split([nope, kv.shape[-1] - nope], dim=-1)
     k_rope = apply_rope_half(k_rope_BTr.unsqueeze(1), cos_Th, sin_Th)
     k = torch.cat([k_nope, k_rope.expand(-1, q.shape[1], -1, -1)], dim=-1)
-    v = torch.nn.functional.pad(v, (0, max(0, q.shape[-1] - v.shape[-1])))
+    if pad_v:
+        v = torch.nn.functional.pad(v, (0, max(0, q.shape[-1] - v.shape[-1])))
     return q, k, v
 
 
 class _MLAHeads(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q_BTHk: Tensor, kv_BTHm: Tensor, k_rope_BTr: Tensor, cos_Th: Tensor, sin_Th: Tensor,
-                nope: int) -> tuple[Tensor, Tensor, Tensor]:
+                nope: int, pad_v: bool) -> tuple[Tensor, Tensor, Tensor]:
         B, T, H, dk = q_BTHk.shape
         dv = kv_BTHm.shape[-1] - nope
+        v_width = max(dk, dv) if pad_v else dv
         ctx.save_for_backward(cos_Th, sin_Th)
-        ctx.nope, ctx.dv, ctx.qk_shape = nope, dv, (B, H, T, dk)
+        ctx.nope, ctx.dv, ctx.v_width, ctx.qk_shape = nope, dv, v_width, (B, H, T, dk)
         q = q_BTHk.new_empty(B, H, T, dk)
         q[..., :nope].copy_(q_BTHk[..., :nope].transpose(1, 2))
         rotate_into(q[..., nope:], q_BTHk[..., nope:].transpose(1, 2), cos_Th, sin_Th)
@@ -51,7 +54,7 @@ class _MLAHeads(torch.autograd.Function):
         k_rope = k_rope_BTr.new_empty(B, 1, T, dk - nope)
         rotate_into(k_rope, k_rope_BTr.unsqueeze(1), cos_Th, sin_Th)
         k[..., nope:].copy_(k_rope.expand(B, H, T, dk - nope))
-        v = q_BTHk.new_empty(B, H, T, max(dk, dv))  # padded only where narrower than q/k
+        v = q_BTHk.new_empty(B, H, T, v_width)
         v[..., :dv].copy_(kv_BTHm[..., nope:].transpose(1, 2))
         v[..., dv:].zero_()
         return q, k, v
@@ -64,7 +67,7 @@ class _MLAHeads(torch.autograd.Function):
         like = next(t for t in (dq, dk, dv_pad) if t is not None)
         dq = like.new_zeros(B, H, T, width) if dq is None else dq
         dk = like.new_zeros(B, H, T, width) if dk is None else dk
-        dv_pad = like.new_zeros(B, H, T, max(width, dv)) if dv_pad is None else dv_pad
+        dv_pad = like.new_zeros(B, H, T, ctx.v_width) if dv_pad is None else dv_pad
         d_q = dq.new_empty(B, T, H, width)
         d_q[..., :nope].copy_(dq[..., :nope].transpose(1, 2))
         rotate_into(d_q[..., nope:].transpose(1, 2), dq[..., nope:], cos_Th, -sin_Th)
@@ -73,17 +76,17 @@ class _MLAHeads(torch.autograd.Function):
         d_kv[..., nope:].copy_(dv_pad[..., :dv].transpose(1, 2))
         d_k_rope = dk.new_empty(B, 1, T, width - nope)
         rotate_into(d_k_rope, dk[..., nope:].sum(dim=1, keepdim=True), cos_Th, -sin_Th)
-        return d_q, d_kv, d_k_rope.squeeze(1), None, None, None
+        return d_q, d_kv, d_k_rope.squeeze(1), None, None, None, None
 
 
 def mla_heads(q_BTHk: Tensor, kv_BTHm: Tensor, k_rope_BTr: Tensor, cos_Th: Tensor, sin_Th: Tensor,
-              nope: int) -> tuple[Tensor, Tensor, Tensor]:
+              nope: int, pad_v: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """q (B, H, T, nope + rope) from the query projection (B, T, H, nope + rope), RoPE on its last
     channels; k from the expanded latent's first `nope` channels per head and the shared RoPE key
     (B, T, rope), rotated, on every head; v from the latent's remaining channels, zero-padded to
-    the q/k width. `cos_Th`/`sin_Th` are the RoPE tables' first halves cut to T. Under
+    the q/k width if `pad_v` (for SDPA's fused kernels; the blocked CPU kernel takes any width). `cos_Th`/`sin_Th` are the RoPE tables' first halves cut to T. Under
     `torch.compile` the tensor-op form runs (the compiler fuses it, and cannot trace the writes
     into views)."""
     if torch.compiler.is_compiling():
-        return mla_heads_reference(q_BTHk, kv_BTHm, k_rope_BTr, cos_Th, sin_Th, nope)
-    return _MLAHeads.apply(q_BTHk, kv_BTHm, k_rope_BTr, cos_Th, sin_Th, nope)
+        return mla_heads_reference(q_BTHk, kv_BTHm, k_rope_BTr, cos_Th, sin_Th, nope, pad_v)
+    return _MLAHeads.apply(q_BTHk, kv_BTHm, k_rope_BTr, cos_Th, sin_Th, nope, pad_v)

@@ -115,3 +115,20 @@ def test_model_loss_with_targets_equals_cross_entropy_of_its_logits():
             assert a is None, name
         else:
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_kept_logits_block_does_not_leak_between_calls():
+    """The logits block is reused from call to call: a second call of the same shape (and one of
+    another shape in between) must leave the first call's loss and gradients untouched."""
+    h1, w1, y1 = _inputs(seed=1)
+    h2, w2, y2 = _inputs(seed=2)
+    h3, w3, y3 = _inputs(n=50, v=31, seed=3)
+    refs = [torch.autograd.grad(F.cross_entropy(F.linear(h, w), y), (h, w)) for h, w, y in ((h1, w1, y1), (h2, w2, y2))]
+    first = linear_cross_entropy(h1, w1, y1, chunk_rows=64)
+    second = linear_cross_entropy(h2, w2, y2, chunk_rows=64)
+    linear_cross_entropy(h3, w3, y3, chunk_rows=64).backward()
+    for loss, (h, w, y), (ref_dh, ref_dw) in zip((first, second), ((h1, w1, y1), (h2, w2, y2)), refs, strict=True):
+        torch.testing.assert_close(loss, F.cross_entropy(F.linear(h, w), y), atol=1e-6, rtol=1e-6)
+        dh, dw = torch.autograd.grad(loss, (h, w))
+        torch.testing.assert_close(dh, ref_dh, atol=1e-7, rtol=1e-5)
+        torch.testing.assert_close(dw, ref_dw, atol=1e-7, rtol=1e-5)

@@ -66,3 +66,23 @@ def test_kv_cache_bytes_per_token_deepseek_v3_vs_gqa():
     assert kv_cache_bytes_per_token_mla(512, 64) == 1152
     assert kv_cache_bytes_per_token_gqa(128, 128) == 65536
     assert kv_cache_bytes_per_token_gqa(8, 128) == 4096
+
+
+def test_mla_values_and_gradients_are_the_same_on_both_attention_kernels(make_cfg, monkeypatch):
+    """Unpadded values on the blocked CPU kernel, padded ones on SDPA: the same layer either way."""
+    from shared.kernels.causal_attention import SETTING_ENV
+
+    torch.manual_seed(0)
+    cfg = make_cfg("mla")
+    m = build_attention(cfg, 0)
+    x = torch.randn(2, 37, cfg.d_model)
+    results = {}
+    for setting in ("blocked", "sdpa"):
+        monkeypatch.setenv(SETTING_ENV, setting)
+        m.zero_grad(set_to_none=True)
+        out = m(x)
+        out.square().sum().backward()
+        results[setting] = (out.detach(), [p.grad.clone() for p in m.parameters()])
+    torch.testing.assert_close(results["blocked"][0], results["sdpa"][0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(results["blocked"][1], results["sdpa"][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -25,16 +25,18 @@ def _leaves(*ts):
     return [t.detach().clone().requires_grad_() for t in ts]
 
 
+@pytest.mark.parametrize("pad_v", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("nope,rope,dv", [(8, 4, 6), (8, 4, 12), (6, 6, 16)], ids=["v-narrower", "v-equal", "v-wider"])
-def test_same_heads_and_gradients_as_the_tensor_op_form(nope, rope, dv):
+def test_same_heads_and_gradients_as_the_tensor_op_form(nope, rope, dv, pad_v):
     q_in, kv_in, kr_in, cos, sin = _inputs(nope, rope, dv)
     ours_in, ref_in = _leaves(q_in, kv_in, kr_in), _leaves(q_in, kv_in, kr_in)
-    ours = mla_heads(*ours_in, cos, sin, nope)
-    ref = mla_heads_reference(*ref_in, cos, sin, nope)
+    ours = mla_heads(*ours_in, cos, sin, nope, pad_v)
+    ref = mla_heads_reference(*ref_in, cos, sin, nope, pad_v)
     for a, b in zip(ours, ref, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    assert ours[2].shape[-1] == max(nope + rope, dv)  # values padded only where narrower
+    # values padded only where narrower, and only when asked
+    assert ours[2].shape[-1] == (max(nope + rope, dv) if pad_v else dv)
     g = torch.Generator().manual_seed(1)
     grads = [torch.randn(t.shape, generator=g) for t in ours]
     torch.autograd.backward(ours, grads)
@@ -43,11 +45,12 @@ def test_same_heads_and_gradients_as_the_tensor_op_form(nope, rope, dv):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-5)
 
 
-def test_an_unused_output_gets_no_gradient_and_breaks_nothing():
+@pytest.mark.parametrize("pad_v", [True, False], ids=["padded", "unpadded"])
+def test_an_unused_output_gets_no_gradient_and_breaks_nothing(pad_v):
     q_in, kv_in, kr_in, cos, sin = _inputs(8, 4, 6)
     ours_in, ref_in = _leaves(q_in, kv_in, kr_in), _leaves(q_in, kv_in, kr_in)
-    mla_heads(*ours_in, cos, sin, 8)[1].sum().backward()  # only k reaches the loss
-    mla_heads_reference(*ref_in, cos, sin, 8)[1].sum().backward()
+    mla_heads(*ours_in, cos, sin, 8, pad_v)[1].sum().backward()  # only k reaches the loss
+    mla_heads_reference(*ref_in, cos, sin, 8, pad_v)[1].sum().backward()
     assert ref_in[0].grad is None and ours_in[0].grad.abs().max() == 0  # the queries did not take part
     for a, b in zip(ours_in[1:], ref_in[1:], strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-5)
