@@ -245,7 +245,8 @@ def cpu_expert_path_report(retune: bool = False) -> list[dict]:
     expert_path_autotune.TUNER.reset()
     if retune:
         expert_path_autotune.TUNER.clear()
-    return [{"class": label, "way": e["way"], "ms": e["ms"], "load_average": e.get("load_average")}
+    return [{"class": label, "way": e["way"], "ms": e["ms"], "load_average": e.get("load_average"),
+             "confirmations": e.get("confirmations", 1)}
             for label, e in sorted(expert_path_autotune.cached_entries().items())]
 
 

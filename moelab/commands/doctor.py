@@ -32,10 +32,11 @@ def format_table(report) -> str:
             rows.append((f"  {entry['class']}", f"{entry['library']:<6}  MKL {entry['mkl_us']:.1f} µs, "
                          f"oneDNN {entry['onednn_us']:.1f} µs{note}"))
     if report.cpu_expert_paths:
-        rows.append(("cpu routed-expert path", "per layer shape, measured by the first training step (MOELAB_HOME cache)"))
+        rows.append(("cpu routed-expert path", "per layer shape, measured by the first training steps (MOELAB_HOME cache)"))
         for entry in report.cpu_expert_paths:
             times = ", ".join(f"{way} {ms:.1f} ms" for way, ms in entry["ms"].items())
-            rows.append((f"  {entry['class']}", f"{entry['way']:<16}  {times}"))
+            n = entry["confirmations"]
+            rows.append((f"  {entry['class']}", f"{entry['way']:<16}  {times}  (fastest of {n} process{'es' * (n > 1)})"))
     if report.gloo_allreduce_gbps is not None:
         rows.append(("gloo all-reduce (2 proc)", f"{report.gloo_allreduce_gbps:.2f} GB/s bus bandwidth"))
     for gpu in report.gpus:

@@ -26,6 +26,10 @@ from collections.abc import Callable
 import torch
 
 _MKL_HEADER = re.compile(r"MKL_VERBOSE (?:oneMKL|Intel\(R\) MKL) ([\d.]+(?: Update \d+)?).*?\(Intel\(R\) ([\w.\-]+)\)")
+# On CPUs MKL does not identify as Intel's (AMD EPYC) its header names no instruction set, only
+# "Intel(R) 64 architecture Intel(R) Architecture processors": the branch it takes for them.
+_MKL_GENERIC_HEADER = re.compile(r"MKL_VERBOSE (?:oneMKL|Intel\(R\) MKL) ([\d.]+(?: Update \d+)?)"
+                                 r" Product build \d+ for ([^,\n]+)")
 _ONEDNN_VERSION = re.compile(r"onednn_verbose,.*?info,oneDNN (v[\d.]+)")
 _ONEDNN_ISA = re.compile(r"onednn_verbose,.*?info,cpu,isa:([^\n]+)")
 
@@ -63,12 +67,13 @@ def blas_calls(fn: Callable[[], object]) -> dict:
 
 
 def _parse_libraries(text: str) -> dict[str, str | None]:
-    mkl = _MKL_HEADER.search(text)
+    mkl, generic = _MKL_HEADER.search(text), _MKL_GENERIC_HEADER.search(text)
     version, isa = _ONEDNN_VERSION.search(text), _ONEDNN_ISA.search(text)
     impls = sorted({line.split(",")[6] for line in text.splitlines()
                     if line.startswith("onednn_verbose,") and ",exec,cpu," in line})
     return {
-        "mkl": f"oneMKL {mkl.group(1)}, {mkl.group(2)} code path" if mkl else None,
+        "mkl": (f"oneMKL {mkl.group(1)}, {mkl.group(2)} code path" if mkl else
+                f"oneMKL {generic.group(1)}, unnamed code path (for {generic.group(2).strip()})" if generic else None),
         "onednn": (f"oneDNN {version.group(1)}, ISA {isa.group(1).strip()}, matmul {'/'.join(impls)}"
                    if version and isa else None),
     }

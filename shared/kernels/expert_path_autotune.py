@@ -14,10 +14,16 @@ benchmark's shape (4,096 tokens, d 512, 64 × 128, top-8) it was the fastest of 
 So `auto` measures. A *path class* is a layer shape: tokens per call rounded up to a power of two,
 d_model, expert width, experts, top-k, and torch's thread count. The first call of a class times
 the three ways (two when one thread) on random inputs of its exact shape with uniform random
-routing, forward + backward, interleaved round by round after one untimed call each (which also
-lets the GEMM autotune measure its classes); the fastest call of each is kept, since load from other
+routing, forward + backward, interleaved round by round after `WARMUP_ROUNDS` untimed calls each
+(the first also lets the GEMM autotune measure its classes); the fastest call of each is kept, since load from other
 jobs only ever adds time. A fused way must beat the next simpler one (`loop`, then `fused`) by
-`MARGIN` to be chosen. On a busy machine (`gemm_autotune.machine_is_busy`), or where gradients are
+`MARGIN` to be chosen. One process's measurement is not final: a slow spell can last minutes on a
+shared VM (on a 2-core AMD EPYC, the first process after boot timed `fused` at 46.8 ms and
+`fused-concurrent` at 40.8 at the train-step layer, a later one 25.5 and 30.7, and the cached
+concurrent pick then ran the training step 15% slower). So the first `CONFIRMATIONS` processes
+that meet a class each measure it once more; the cache keeps each way's fastest time over all of
+them and the choice is made again from those, so a spell in one process cannot fix the choice.
+Within a process the choice never changes (a recomputed forward must run the way the first did). On a busy machine (`gemm_autotune.machine_is_busy`), or where gradients are
 off (evaluation), the fixed rules decide and nothing is cached. The choice changes float rounding
 only (the three ways compute the same sums in different orders), never what is computed.
 
@@ -45,7 +51,13 @@ WAYS = ("loop", "fused", "fused-concurrent")
 MARGIN = 0.05
 # Timed rounds: as many as fit in `BUDGET_S` (a round is one call of each way), within these bounds;
 # small layers get many rounds, since a millisecond call is easily caught by one slow spell.
-MIN_ROUNDS, MAX_ROUNDS, BUDGET_S = 4, 40, 0.5
+MIN_ROUNDS, MAX_ROUNDS, BUDGET_S = 6, 40, 1.0
+# Untimed rounds first. The loop way's whole-layer tensors come from fresh pages until the
+# allocator has been through a few calls: after one untimed round, the first timed window at the
+# train-step layer read `loop` 14% slower than `fused`, later windows 3-10% faster.
+WARMUP_ROUNDS = 3
+# Processes that measure a class before its choice is final (each keeps the faster time per way).
+CONFIRMATIONS = 3
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,7 @@ def ways_for(threads: int) -> tuple[str, ...]:
 
 def time_ways(cls: PathClass, rounds: int | None = None) -> dict[str, float]:
     """Fastest forward + backward, in seconds, of each way on random inputs of `cls`'s shape
-    (`rounds` timed rounds after an untimed one; by default as many as fit in `BUDGET_S`)."""
+    (`rounds` timed rounds after `WARMUP_ROUNDS` untimed ones; by default as many as fit in `BUDGET_S`)."""
     from shared.kernels.dispatch import moe_experts_forward
     from shared.kernels.expert_threads import use_expert_threads
 
@@ -100,7 +112,7 @@ def time_ways(cls: PathClass, rounds: int | None = None) -> dict[str, float]:
         return spent
 
     with torch.enable_grad():
-        first = one_round(ways, timed=False)  # warm-up: allocations, the GEMM autotune's classes
+        first = min(one_round(ways, timed=False) for _ in range(WARMUP_ROUNDS))  # allocations, GEMM classes
         if rounds is None:
             rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, int(BUDGET_S / max(first, 1e-6))))
         for r in range(rounds):
@@ -123,6 +135,7 @@ class ExpertPathAutotuner:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._choices: dict[PathClass, str | None] | None = None
+        self._unconfirmed: set[PathClass] = set()  # cached, but measured by fewer than CONFIRMATIONS processes
         self.measured = 0
 
     def way(self, tokens: int, d_model: int, hidden: int, experts: int, top_k: int) -> str | None:
@@ -136,50 +149,55 @@ class ExpertPathAutotuner:
             raise ValueError(f"{SETTING_ENV}={setting!r}; use auto, rules or one of {', '.join(WAYS)}")
         cls = PathClass(1 << max(0, tokens - 1).bit_length(), d_model, hidden, experts, top_k, torch.get_num_threads())
         choices = self._choices if self._choices is not None else self._load()
-        if cls in choices:
+        if cls in choices and cls not in self._unconfirmed:
             return choices[cls]
         if not torch.is_grad_enabled() or torch.is_autocast_enabled("cpu"):
-            return None
+            return choices.get(cls)
         with self._lock:
-            if cls in self._choices:
+            if cls in self._choices and cls not in self._unconfirmed:
                 return self._choices[cls]
+            self._unconfirmed.discard(cls)  # whatever happens now, this process's choice is made
             if gemm_autotune.machine_is_busy():
-                # the fixed rules, for the rest of this process (a recomputed forward must run the
-                # way the first did), measured again by the next process
-                self._choices[cls] = None
-                return None
+                # a cached choice, or else the fixed rules, for the rest of this process (a
+                # recomputed forward must run the way the first did); measured by a later process
+                return self._choices.setdefault(cls, None)
             return self._tune(cls)
 
     def _load(self) -> dict[PathClass, str | None]:
         with self._lock:
             if self._choices is None:
                 section = gemm_autotune.read_cache(CACHE_FILE).get(gemm_autotune.TUNER.key, {})
-                self._choices = {PathClass(**e["class"]): e["way"] for e in section.get("classes", {}).values()}
+                entries = section.get("classes", {}).values()
+                self._choices = {PathClass(**e["class"]): e["way"] for e in entries}
+                self._unconfirmed = {PathClass(**e["class"]) for e in entries
+                                     if e.get("confirmations", 1) < CONFIRMATIONS}
             return self._choices
 
     def _tune(self, cls: PathClass) -> str:
-        times = time_ways(cls)
-        way = pick(times)
+        times = {k: v * 1e3 for k, v in time_ways(cls).items()}
         self.measured += 1
-        self._choices[cls] = way
-        entry = {"class": asdict(cls), "way": way, "ms": {k: round(v * 1e3, 3) for k, v in times.items()},
-                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": round(os.getloadavg()[0], 2)}
         with gemm_autotune.locked_cache(CACHE_FILE) as data:
             section = data["machines"].setdefault(gemm_autotune.TUNER.key,
                                                   {"fingerprint": gemm_autotune.machine_fingerprint(), "classes": {}})
-            section["classes"][cls.label] = entry
+            before = section["classes"].get(cls.label, {})
+            ms = {k: round(min(v, before.get("ms", {}).get(k, float("inf"))), 3) for k, v in times.items()}
+            way = pick(ms)
+            section["classes"][cls.label] = {
+                "class": asdict(cls), "way": way, "ms": ms, "confirmations": before.get("confirmations", 0) + 1,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": round(os.getloadavg()[0], 2)}
+        self._choices[cls] = way
         return way
 
     def reset(self) -> None:
         """Forget the in-memory choices: the next lookup reloads from the cache."""
         with self._lock:
-            self._choices, self.measured = None, 0
+            self._choices, self._unconfirmed, self.measured = None, set(), 0
 
     def clear(self) -> None:
         """Forget this machine's choices, in memory and on disk (`moelab doctor --retune`)."""
         with self._lock, gemm_autotune.locked_cache(CACHE_FILE) as data:
             data["machines"].pop(gemm_autotune.TUNER.key, None)
-            self._choices = {}
+            self._choices, self._unconfirmed = {}, set()
 
 
 def cached_entries() -> dict[str, dict]:

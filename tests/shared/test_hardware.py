@@ -101,7 +101,8 @@ def test_doctor_lists_the_measured_routed_expert_paths_and_retune_forgets_them(m
     report = json.loads(runner.invoke(app, ["doctor", "--json", "--quick"]).output.strip().splitlines()[-1])
     (row,) = report["cpu_expert_paths"]
     assert row["class"] == f"T256.d32.F16.E4.K2.t{torch.get_num_threads()}" and row["way"] == way
-    assert set(row["ms"]) >= {"loop", "fused"}
+    assert set(row["ms"]) >= {"loop", "fused"} and row["confirmations"] == 1
+    assert "(fastest of 1 process)" in runner.invoke(app, ["doctor", "--quick"]).output
     table = runner.invoke(app, ["doctor", "--quick", "--retune"]).output
     assert "cpu routed-expert path" not in table and epa.cached_entries() == {}
     epa.TUNER.reset()

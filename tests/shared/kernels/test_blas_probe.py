@@ -49,6 +49,14 @@ def test_an_already_printed_header_is_read_from_a_fresh_interpreter():
     assert blas_probe._parse_libraries("SGEMM only, no header") == {"mkl": None, "onednn": None}
 
 
+def test_an_mkl_header_without_an_instruction_set_still_names_the_library():
+    """What MKL prints on an AMD EPYC: no instruction set, the branch for processors it does not identify."""
+    text = ("MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 architecture Intel(R) "
+            "Architecture processors, Lnx 2.45GHz lp64 gnu_thread\n")
+    assert blas_probe._parse_libraries(text)["mkl"] == (
+        "oneMKL 2024.0 Update 2, unnamed code path (for Intel(R) 64 architecture Intel(R) Architecture processors)")
+
+
 @pytest.mark.parametrize(("env", "tag"), [({}, "native"), ({"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, "avx2"),
                                          ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "avx512-core")])
 def test_results_are_filed_under_the_capped_isa(monkeypatch, env, tag):

@@ -24,13 +24,15 @@ def tuner(tmp_path, monkeypatch):
     epa.TUNER.reset()
 
 
-def _fake(monkeypatch, times: dict[str, float], busy: bool = False) -> list[epa.PathClass]:
+def _fake(monkeypatch, times: dict[str, float] | list[dict[str, float]], busy: bool = False) -> list[epa.PathClass]:
+    """Stand in for the timing: `times` for every measurement, or a list of them, one per measurement."""
     measured: list[epa.PathClass] = []
     monkeypatch.setattr(gemm_autotune, "machine_is_busy", lambda: busy)
 
     def fake(cls, rounds=None):
         measured.append(cls)
-        return {w: times[w] for w in epa.ways_for(cls.threads)}
+        now = times[len(measured) - 1] if isinstance(times, list) else times
+        return {w: now[w] for w in epa.ways_for(cls.threads)}
 
     monkeypatch.setattr(epa, "time_ways", fake)
     return measured
@@ -55,9 +57,45 @@ def test_one_measurement_per_class_cached_on_disk_and_reloaded(monkeypatch, tune
     (entry,) = stored.values()
     timed = {"loop": 2000.0, "fused": 1000.0, "fused-concurrent": 1500.0}
     assert entry["way"] == "fused" and entry["ms"] == {w: timed[w] for w in epa.ways_for(torch.get_num_threads())}
+    for _ in range(epa.CONFIRMATIONS - 1):  # the next processes confirm it, once each
+        tuner.reset()
+        assert tuner.way(2048, 64, 32, 8, 2) == "fused"
+        assert tuner.way(2048, 64, 32, 8, 2) == "fused"
+    assert len(measured) == epa.CONFIRMATIONS
     tuner.reset()
-    assert tuner.way(2048, 64, 32, 8, 2) == "fused" and len(measured) == 1  # from the file
-    assert tuner.way(2048, 64, 32, 8, 4) == "fused" and len(measured) == 2  # a new class
+    assert tuner.way(2048, 64, 32, 8, 2) == "fused" and len(measured) == epa.CONFIRMATIONS  # final: from the file
+    assert tuner.way(2048, 64, 32, 8, 4) == "fused" and len(measured) == epa.CONFIRMATIONS + 1  # a new class
+
+
+def test_a_slow_spell_in_one_process_does_not_fix_the_choice(monkeypatch, tuner, tmp_path):
+    """Process 1 is timed in a spell that slows `fused` most (the concurrent way looks best); process
+    2 is quiet. Each keeps its choice for its whole life; the cache keeps the fastest time of each
+    way, so from process 2 on the choice is the quiet one, and a third slow process cannot undo it."""
+    slow = {"loop": 46.6, "fused": 46.8, "fused-concurrent": 40.8}
+    quiet = {"loop": 37.9, "fused": 25.5, "fused-concurrent": 30.7}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    measured = _fake(monkeypatch, [slow, quiet, slow])
+    assert tuner.way(2048, 256, 128, 16, 2) == "fused-concurrent"
+    tuner.reset()
+    assert tuner.way(2048, 256, 128, 16, 2) == "fused"
+    tuner.reset()
+    assert tuner.way(2048, 256, 128, 16, 2) == "fused"
+    stored = json.loads((tmp_path / epa.CACHE_FILE).read_text())["machines"][gemm_autotune.TUNER.key]["classes"]
+    (entry,) = stored.values()
+    assert entry["ms"] == {"loop": 37.9e3, "fused": 25.5e3, "fused-concurrent": 30.7e3}
+    assert entry["confirmations"] == epa.CONFIRMATIONS == len(measured)
+
+
+def test_an_unconfirmed_choice_is_used_as_it_is_where_it_cannot_be_measured(monkeypatch, tuner):
+    measured = _fake(monkeypatch, {"loop": 2.0, "fused": 1.0, "fused-concurrent": 1.5})
+    assert tuner.way(512, 64, 32, 8, 2) == "fused" and len(measured) == 1
+    tuner.reset()
+    with torch.no_grad():
+        assert tuner.way(512, 64, 32, 8, 2) == "fused"  # evaluation: the cached choice, not the rules
+    monkeypatch.setattr(gemm_autotune, "machine_is_busy", lambda: True)
+    assert tuner.way(512, 64, 32, 8, 2) == "fused" and len(measured) == 1  # busy: cached, not re-timed
+    monkeypatch.setattr(gemm_autotune, "machine_is_busy", lambda: False)
+    assert tuner.way(512, 64, 32, 8, 2) == "fused" and len(measured) == 1  # this process has chosen
 
 
 def test_busy_machine_no_grad_and_autocast_leave_it_to_the_rules(monkeypatch, tuner, tmp_path):
