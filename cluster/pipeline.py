@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cluster.driver_threads import JOB_CONFIG_ENV, use_node_cpus
 from cluster.stages import Stage, StageResult, StageRunner, file_fingerprints
 from shared import tracking
 from shared.config import ConfigError, ExperimentConfig, load_config, save_resolved
@@ -271,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if JOB_CONFIG_ENV in os.environ:  # a Ray job's entrypoint: Ray is reachable, OMP_NUM_THREADS is Ray's
+        threads = use_node_cpus(_ray(cfg))
+        if threads:
+            print(f"driver: torch uses {threads} threads (this node's Ray CPUs; the job started with OMP_NUM_THREADS=1)")
     summary = run_pipeline(cfg)
     print(json.dumps(summary, default=str))
     return 0

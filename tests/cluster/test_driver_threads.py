@@ -1,0 +1,45 @@
+"""The pipeline driver's torch threads: the node's Ray CPUs, unless the user chose a count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cluster import driver_threads as dt
+
+# what Ray puts in a job entrypoint's environment (seen in a `ray job submit` on Ray 2.60)
+JOB_ENV = {"OMP_NUM_THREADS": "1", dt.JOB_CONFIG_ENV: json.dumps({"runtime_env": {"env_vars": {}}, "metadata": {}})}
+
+
+def test_ray_s_own_setting_in_a_job_is_not_the_user_s():
+    assert not dt.user_set_threads(JOB_ENV)
+    assert not dt.user_set_threads({})
+    assert dt.user_set_threads({"OMP_NUM_THREADS": "1"})  # a pipeline started by hand: the user's
+    chosen = {**JOB_ENV, dt.JOB_CONFIG_ENV: json.dumps({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1"}}})}
+    assert dt.user_set_threads(chosen)  # set in the job's runtime_env
+    assert dt.user_set_threads({**JOB_ENV, dt.JOB_CONFIG_ENV: "not json"})  # unreadable: left alone
+
+
+@pytest.fixture
+def threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_job_driver_gets_the_node_s_ray_cpus(ray_local, monkeypatch, threads):
+    assert dt.node_cpus(ray_local) == 2  # the session's local Ray: num_cpus=2
+    for key, value in JOB_ENV.items():
+        monkeypatch.setenv(key, value)
+    torch.set_num_threads(1)  # as the entrypoint starts
+    assert dt.use_node_cpus(ray_local) == 2 and torch.get_num_threads() == 2
+    assert dt.use_node_cpus(ray_local) is None  # already there: nothing to change
+
+
+def test_a_count_the_user_chose_is_kept(ray_local, monkeypatch, threads):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv(dt.JOB_CONFIG_ENV, json.dumps({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1"}}}))
+    torch.set_num_threads(1)
+    assert dt.use_node_cpus(ray_local) is None and torch.get_num_threads() == 1
