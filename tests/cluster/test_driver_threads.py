@@ -43,3 +43,16 @@ def test_a_count_the_user_chose_is_kept(ray_local, monkeypatch, threads):
     monkeypatch.setenv(dt.JOB_CONFIG_ENV, json.dumps({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1"}}}))
     torch.set_num_threads(1)
     assert dt.use_node_cpus(ray_local) is None and torch.get_num_threads() == 1
+
+
+def test_a_node_ray_gives_no_cpus_uses_the_container_s_limit(tmp_path, monkeypatch):
+    cores = len(__import__("os").sched_getaffinity(0))
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text("max 100000\n")
+    assert dt.container_cpus(cpu_max) == cores
+    cpu_max.write_text("150000 100000\n")  # 1.5 CPUs
+    assert dt.container_cpus(cpu_max) == 1
+    assert dt.container_cpus(tmp_path / "absent") == cores
+    monkeypatch.setattr(dt, "node_cpus", lambda ray: 0)  # the cluster specs' head: CPU 0
+    monkeypatch.setattr(dt, "container_cpus", lambda: 3)
+    assert dt.driver_cpus(None) == 3
