@@ -15,17 +15,19 @@ So `auto` measures. A *path class* is a layer shape: tokens per call rounded up 
 d_model, expert width, experts, top-k, and torch's thread count. The first call of a class times
 the three ways (two when one thread) on random inputs of its exact shape with uniform random
 routing, forward + backward, interleaved round by round after `WARMUP_ROUNDS` untimed calls each
-(the first also lets the GEMM autotune measure its classes); the fastest call of each is kept, since load from other
-jobs only ever adds time. A fused way must beat the next simpler one (`loop`, then `fused`) by
-`MARGIN` to be chosen. One process's measurement is not final: a slow spell can last minutes on a
-shared VM (on a 2-core AMD EPYC, the first process after boot timed `fused` at 46.8 ms and
-`fused-concurrent` at 40.8 at the train-step layer, a later one 25.5 and 30.7, and the cached
-concurrent pick then ran the training step 15% slower). So the first `CONFIRMATIONS` processes
-that meet a class each measure it once more; the cache keeps each way's fastest time over all of
-them and the choice is made again from those, so a spell in one process cannot fix the choice.
-Within a process the choice never changes (a recomputed forward must run the way the first did). On a busy machine (`gemm_autotune.machine_is_busy`), or where gradients are
-off (evaluation), the fixed rules decide and nothing is cached. The choice changes float rounding
-only (the three ways compute the same sums in different orders), never what is computed.
+(the first also lets the GEMM autotune measure its classes); the fastest call of each is kept,
+since load from other jobs only ever adds time. A fused way must beat the next simpler one (`loop`,
+then `fused`) by `MARGIN` to be chosen. One process's measurement is not final: a slow spell can
+last minutes on a shared VM (on a 2-core AMD EPYC, the first process after boot timed `fused` at
+46.8 ms and `fused-concurrent` at 40.8 at the train-step layer, a later one 25.5 and 30.7, and the
+cached concurrent pick then ran the training step 15% slower). So the first `CONFIRMATIONS`
+processes that meet a class each measure it once more; the cache keeps each way's fastest time over
+all of them and the choice is made again from those, so a spell in one process cannot fix the
+choice. Within a process the choice never changes (a recomputed forward must run the way the first
+did). On a busy machine (`gemm_autotune.machine_is_busy`), or where gradients are off (evaluation),
+a cached choice is used as it is, and a class with none is left to the fixed rules (nothing
+cached). The choice changes float rounding only (the three ways compute the same sums in different
+orders), never what is computed.
 
 Cache: `$MOELAB_HOME/cpu_expert_path_autotune.json`, one section per machine key (the GEMM
 autotune's: CPU model, flags, ISA caps, torch version); `moelab doctor` prints it.
