@@ -19,6 +19,8 @@ import json
 import os
 from pathlib import Path
 
+from shared.hardware import cpu_cores
+
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job entrypoint's environment
 
 
@@ -48,7 +50,7 @@ def node_cpus(ray) -> int:
 def container_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     """The container's CPU limit (cgroup v2 `cpu.max`, rounded down, at least 1), else the cores
     this process may run on."""
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()
     try:
         quota, period = cpu_max.read_text().split()[:2]
     except (OSError, ValueError):
