@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Coordinate check: each matrix's ΔW·x and each block's contribution across widths (muP vs SP)."""
         cfg = _load(config, overrides, out, corpus)
-        from services.trainer.hparam.coord_check import coord_check, coord_table, summary_table
+        from services.trainer.hparam.coord_check import coord_check, coord_table, summary_by_step, summary_table
         from services.trainer.hparam.plots import plot_coord_check
 
         picked = [o.strip() for o in optimizers.split(",") if o.strip()]
@@ -95,6 +95,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(str(exc)) from None
         summary, table = summary_table(records), coord_table(records)
         _write_text(out / "coord_check.md", "## hidden matrices, ΔW·x growth exponents\n\n" + summary
+                    + "\n\n## the same, step by step\n\n" + summary_by_step(records)
                     + "\n\n## every row\n\n" + table + "\n")
         _write_text(out / "coord_check.json", json.dumps([r.__dict__ for r in records]))
         png = plot_coord_check(records, out / "coord_check.png")

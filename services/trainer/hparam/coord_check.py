@@ -282,6 +282,24 @@ def summary_table(records: Sequence[CoordRecord], step: int | None = None) -> st
     return "\n".join(lines)
 
 
+def summary_by_step(records: Sequence[CoordRecord]) -> str:
+    """Worst and mean hidden-matrix growth exponent at every recorded step, per (optimizer, parameterisation).
+
+    Why per step: ΔW = W_t − W_0 is built from the tokens of t steps, and an Adam update (≈ sign of
+    a gradient summed over those tokens) adds to ΔW·x a fluctuation whose share falls as 1/width
+    and grows with the tokens behind it, so finite widths read a slope that drifts negative with t
+    while the limit stays flat; the table shows how far that drift has gone by the last step."""
+    by: dict[tuple[str, bool, int], list[float]] = {}
+    for step in sorted({r.step for r in records if r.step > 0}):
+        for (opt, mup, _), slope in hidden_matrix_exponents(records, step).items():
+            by.setdefault((opt, mup, step), []).append(slope)
+    lines = ["| optimizer | param | step | min exponent | mean | max exponent |", "|---|---|---:|---:|---:|---:|"]
+    for (opt, mup, step), slopes in sorted(by.items(), key=lambda kv: (kv[0][0], not kv[0][1], kv[0][2])):
+        lines.append(f"| {opt} | {'muP' if mup else 'SP'} | {step} | {min(slopes):+.2f} | "
+                     f"{sum(slopes) / len(slopes):+.2f} | {max(slopes):+.2f} |")
+    return "\n".join(lines)
+
+
 def metric_order(metric: str) -> tuple[int, int, str]:
     """dWx rows first, then activations, logits, updates; within each by layer index."""
     kind, _, rest = metric.partition("/")

@@ -11,6 +11,7 @@ from services.trainer.hparam.coord_check import (
     coord_table,
     growth_exponents,
     hidden_matrix_exponents,
+    summary_by_step,
     summary_table,
 )
 from services.trainer.hparam.lr_law import fit_lr_law, law_report
@@ -27,6 +28,17 @@ def test_growth_exponent_is_the_log_log_slope_over_width():
     table = coord_table(records)
     assert "| adamw | SP | dWx/layers.0.attn.wq.weight | hidden | 0.32 | 0.64 | 1.28 | +1.00 |" in table
     assert "| adamw | SP | 1 | +1.00 | +1.00 | +1.00 |" in summary_table(records)
+
+
+def test_step_table_shows_each_steps_worst_exponent():
+    # step 1 flat; at step 2 one of the two matrices falls as width^-0.2
+    records = [CoordRecord(True, w, step, f"dWx/layers.0.attn.{m}.weight",
+                           1.0 if step == 1 or m == "wq" else w ** -0.2, "adamw", "hidden")
+               for step in (1, 2) for w in (32, 64, 128) for m in ("wq", "wk")]
+    table = summary_by_step(records).splitlines()
+    assert table[2] == "| adamw | muP | 1 | +0.00 | +0.00 | +0.00 |"
+    assert table[3] == "| adamw | muP | 2 | -0.20 | -0.10 | +0.00 |"
+    assert summary_table(records).splitlines()[2] == "| adamw | muP | 2 | -0.20 | -0.10 | +0.00 |"
 
 
 def test_only_hidden_matrices_count_for_the_claim():
