@@ -84,7 +84,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Coordinate check: each matrix's ΔW·x and each block's contribution across widths (muP vs SP)."""
         cfg = _load(config, overrides, out, corpus)
-        from services.trainer.hparam.coord_check import coord_check, coord_table, summary_by_step, summary_table
+        from services.trainer.hparam.coord_check import (
+            coord_check,
+            coord_table,
+            summary_by_step,
+            summary_table,
+        )
         from services.trainer.hparam.plots import plot_coord_check
 
         picked = [o.strip() for o in optimizers.split(",") if o.strip()]
