@@ -28,14 +28,17 @@ from shared.data.atomic import atomic_write_json
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="process identity is read from /proc (Linux)")
 
 # A stand-in for `ray start --block`: a parent that starts a child and, on SIGTERM, ends it and exits.
-# The trailing words make its command line match `pkill -f "moelab tracker serve"`.
+# The trailing words make its command line match `pkill -f "moelab tracker serve"`. It installs its
+# handler before it prints the child's pid (the tests' cue to stop it): the other way round, a
+# SIGTERM arriving in between, which a loaded CI machine made happen, killed the parent by the
+# default action and left its child for the SIGKILL after the grace period.
 PARENT = """
 import signal, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-print(child.pid, flush=True)
 def stop(*_):
     child.terminate(); child.wait(); sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
+print(child.pid, flush=True)
 time.sleep(600)
 """
 # A parent that exits on SIGTERM and leaves its child running: only the SIGKILL after the grace period ends it.
