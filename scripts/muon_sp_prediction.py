@@ -35,7 +35,10 @@ FIRST_MATRIX = re.compile(r"attn\.w[qkv]\.weight$|ffn\.(w1|w3)\.weight$|shared\.
 
 
 def predicted_rms(fan_out: int, fan_in: int, lr: float, rms_x: float = 1.0) -> float:
-    """What one RMS-matched Muon step moves each output coordinate by, for an input in its row space."""
+    """What one RMS-matched Muon step moves each output coordinate by, for an input in its row space.
+
+    Written from the derivation, not from `shared.optim.muon.update_scale`: the prediction must not
+    follow the optimizer's code, or a changed scale there would move both sides and pass unseen."""
     return lr * 0.2 * math.sqrt(max(fan_out, fan_in)) * math.sqrt(fan_in / fan_out) * rms_x
 
 
