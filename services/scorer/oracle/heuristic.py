@@ -5,10 +5,10 @@ label → distil → calibrate → score path runs on a laptop with no model wei
 report and tracker run made with it says `oracle=heuristic (stand-in)`. Its signals are real
 measurements that move when a document is damaged (prose_signals.py, code_signals.py, each with
 the defect it catches): per-language Kneser–Ney perplexity and out-of-vocabulary rate against
-clean reference text (reference.py), sentence cohesion, repetition, truncation, spam markers;
-for code, comment and docstring density in the file's own language, identifier quality and line
-structure. The rubric mapping is fixed arithmetic rounded to the rubric's integer scale:
-deterministic for a given reference.
+clean reference text (reference.py), sentence cohesion and sentence openers, repetition,
+truncation, spam markers; for code, comment and docstring density in the file's own language,
+identifier quality and line structure. The rubric mapping is fixed arithmetic rounded to the
+rubric's integer scale: deterministic for a given reference.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class HeuristicOracle(Oracle):
     """Deterministic CPU stand-in for the oracle LLM (see the module docstring): never a real label."""
 
     name = "heuristic"
-    model = "heuristic-stand-in-v3"
+    model = "heuristic-stand-in-v4"
     is_stand_in = True
 
     def __init__(self, reference: tuple[str, ...] = (), reference_every: int = 3,

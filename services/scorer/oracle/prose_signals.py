@@ -6,13 +6,14 @@
 | `oov_rate` | words outside the language's reference vocabulary (seen twice or more) | unusual vocabulary (rare words, names, typos) |
 | `misspelt_rate` | unknown words one edit from a known word (spelling.py) | misspellings (10% of words misspelt adds ≥ 4.5 points) |
 | `cohesion` | stem overlap of adjacent sentences minus that of all sentence pairs, in standard deviations of the latter | shuffled sentence order (adjacent ≈ any pair) |
+| `opener_order` | how much more its paragraph openers look like paragraph openers than its other sentence openers do, per the language's opener model (openers.py) | shuffled sentence order (a random sentence opens each paragraph) |
 | `titled` | 1 when the first paragraph is a heading (≤ 12 words, no terminal punctuation) followed by body text | structure; a shuffle moves the heading into running text |
 | `unfinished` | 1 when the last sentence has no terminal punctuation | a document cut off |
 | `duplicate_fraction` | characters in paragraphs or sentences that occur twice or more | repeated paragraphs, copy-paste |
 | `spam_density` | URLs, marketing phrases, ALL-CAPS words and "!" per 100 words | spam and boilerplate inserted |
 | word/sentence shape | alphabetic and symbol ratios, words per sentence, word length, distinct words | the Gopher/C4-style basics |
 
-Language-dependent signals (`log2_ppl_excess`, `oov_rate`) are 0 for languages without a
+Language-dependent signals (`log2_ppl_excess`, `oov_rate`, `opener_order`) are 0 for languages without a
 reference model (reference.py), so those languages are judged on the others alone; `misspelt_rate`
 then uses the document's own repeated words as its only vocabulary.
 
@@ -58,6 +59,7 @@ class ProseSignals:
     oov_rate: float
     misspelt_rate: float
     cohesion: float
+    opener_order: float
     titled: float
     unfinished: float
     duplicate_fraction: float
@@ -138,6 +140,7 @@ def prose_signals(text: str, models: dict[str, LanguageModel]) -> ProseSignals:
         oov_rate=oov,
         misspelt_rate=misspelt_rate(ws, vocab),
         cohesion=cohesion(sents),
+        opener_order=lm.openers.order_signal(text) if lm is not None else 0.0,
         titled=titled(text),
         unfinished=0.0 if not tail or tail.endswith(TERMINAL) else 1.0,
         duplicate_fraction=duplicate_fraction(text),
@@ -157,12 +160,17 @@ def general_scores(s: ProseSignals) -> dict[str, float]:
         "verbosity": 1.6 * log_n - 1.0,
     }
     found = {d: sum(w * getattr(s, signal) for signal, w in DEDUCTIONS[d]) for d in base}
-    found["coherence"] += INCOHERENCE_POINTS * max(0.0, COHESION_EXPECTED - s.cohesion)
+    order = s.cohesion + OPENER_WEIGHT * s.opener_order
+    found["coherence"] += INCOHERENCE_POINTS * max(0.0, COHESION_EXPECTED - order)
     return {d: min(4.0, max(0.0, base[d])) - found[d] for d in base}
 
 
-COHESION_EXPECTED = 0.6  # ≈ the 70th percentile of clean documents; a shuffled one sits near 0
-INCOHERENCE_POINTS = 1.5  # per standard deviation of cohesion missing below that
+# Sentence order is read as cohesion + OPENER_WEIGHT × opener_order: the two err on different
+# documents, and on held-aside clean documents and their shuffles the sum ranks more pairs right
+# than either alone (docs/LOG.md).
+OPENER_WEIGHT = 0.5
+COHESION_EXPECTED = 0.9  # ≈ the 70th percentile of clean documents; a shuffled one sits near 0
+INCOHERENCE_POINTS = 1.5  # per unit of that order reading missing below that
 # Points per unit of each defect signal, per dimension. Measured on held-aside clean documents and
 # their degraded copies (10th percentile of the signal's change): a 10% misspelling rate adds
 # ≥ 0.045 to misspelt_rate (×25 ≥ 1.1 points); 3 spam lines add ≥ 3.8 to spam_density (×0.3);

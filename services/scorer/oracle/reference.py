@@ -8,9 +8,10 @@ skipped: a reference must be clean text. The language of each document is detect
 (`text_units.language`), never taken from metadata, so the oracle treats every input alike.
 
 Per language with at least `MIN_WORDS` reference words: a Kneser–Ney trigram model, its vocabulary
-(words seen twice or more) and the median log2 perplexity it gives every fifth reference document,
-held out of its fit: the level an unseen fluent document of that language sits at. Languages without enough reference text get no
-model, and the signals that need one stay neutral for them (no language is penalised for lacking
+(words seen twice or more), the median log2 perplexity it gives every fifth reference document,
+held out of its fit (the level an unseen fluent document of that language sits at), and the
+sentence-opener model of openers.py fitted on the same documents as the trigram model. Languages
+without enough reference text get no model, and the signals that need one stay neutral for them (no language is penalised for lacking
 a reference).
 """
 
@@ -25,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from services.scorer.oracle.kneser_ney import KneserNeyTrigram
+from services.scorer.oracle.openers import OpenerModel
 from services.scorer.oracle.text_units import language, sentences, words
 
 MIN_WORDS = 3_000
@@ -38,6 +40,7 @@ class LanguageModel:
     model: KneserNeyTrigram
     median_log2_ppl: float
     words: int
+    openers: OpenerModel
 
 
 def in_reference(doc_id: str, every: int) -> bool:
@@ -81,5 +84,6 @@ def language_models(paths: tuple[str, ...], every: int) -> dict[str, LanguageMod
         held = sents[::HELD_OUT_EVERY]
         lm = KneserNeyTrigram(s for i, doc in enumerate(sents) if i % HELD_OUT_EVERY for s in doc)
         median = statistics.median(lm.log2_perplexity(doc) for doc in held)
-        models[lang] = LanguageModel(lang, lm, median, n_words)
+        openers = OpenerModel.fit(t for i, t in enumerate(texts) if i % HELD_OUT_EVERY)
+        models[lang] = LanguageModel(lang, lm, median, n_words, openers)
     return models

