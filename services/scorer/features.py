@@ -4,7 +4,7 @@ For each labelled document, read whole as windows (windows.py): the mean of the 
 states over the tokens of the windows the Probe reads (all the Probe needs), the layer-L_judge
 and layer-L_probe states of every read token in float16 with their document-position buckets and
 repeated-n-gram marks (what the Judge attends over; heads.py says why it reads both layers), and
-the document's `doc_stats` (log length, repeated fraction). Documents go
+the document's `doc_stats` (log length, repeated fraction, unfinished ending, cohesion). Documents go
 through the backbone in length-sorted micro-batches to limit padding. The cache file records the
 backbone, layers, token budget and windowing; a mismatch recomputes instead of reusing stale
 features.

@@ -34,6 +34,7 @@ from services.scorer.stage_support import (
     load_labels,
     progress_bar,
     report_stage,
+    windowing_meta,
 )
 from services.scorer.train import source_pairs, split_indices, train_head
 from services.scorer.windows import WindowReader
@@ -101,11 +102,7 @@ def _failure_schema() -> pa.Schema:
 
 
 def heads_meta(cfg, layers, width: int) -> dict:
-    h = cfg.scorer.heads
-    return {"heads_version": HEADS_VERSION, "backbone": cfg.scorer.backbone, "probe_layer": layers[0],
-            "judge_layer": layers[1], "max_tokens": h.max_tokens, "window_tokens": h.window_tokens,
-            "window_policy": h.window_policy, "layout_marks": h.layout_marks, "probe_windows": h.probe_windows,
-            "width": width}
+    return {"heads_version": HEADS_VERSION, **windowing_meta(cfg, layers), "width": width}
 
 
 def train_stage(cfg) -> dict:

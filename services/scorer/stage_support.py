@@ -116,12 +116,16 @@ def labels_by_rubric(labels: pa.Table) -> dict[str, dict]:
     return groups
 
 
-def features_meta(cfg, layers) -> dict:
+def windowing_meta(cfg, layers) -> dict:
+    """The backbone, layers and windowing that features and heads are tied to (WindowReader.from_meta reads it)."""
     h = cfg.scorer.heads
     return {"backbone": cfg.scorer.backbone, "probe_layer": layers[0], "judge_layer": layers[1],
             "max_tokens": h.max_tokens, "window_tokens": h.window_tokens, "window_policy": h.window_policy,
-            "layout_marks": h.layout_marks, "probe_windows": h.probe_windows,
-            "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats"}
+            "layout_marks": h.layout_marks, "probe_windows": h.probe_windows, "skip_repeats": h.skip_repeats}
+
+
+def features_meta(cfg, layers) -> dict:
+    return {**windowing_meta(cfg, layers), "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats(length,repeated,unfinished,cohesion-4)"}
 
 
 def backbone_features(cfg, bb, reader, rubric: str, g: dict, layers) -> dict:

@@ -20,6 +20,15 @@ per token, both heads get the document's marked fraction next to its log length 
 Measured on 100 wiki/handbook documents: clean median 0%, 90th percentile 6%; a paragraph
 repeated twice more: 10% or more in 95 of 100 (docs/LOG.md).
 
+With `skip_repeats` the marked tokens of prose are not read at all (code keeps its repeats, which
+are mostly its own structure: imports, error checks): windows are cut from the document with
+its repeats taken out, and the token just before each removed run carries the mark instead (the
+Judge sees where a repeat was). Why: with a fixed budget the extra length of a repeated passage
+moves every spread window onto other text, so a document and its repeated copy were read as
+different samples of their text, and that sampling noise (±0.05 of Judge quality) outweighed
+what the repeat costs them; read without the repeats, the copy is read as its source was and
+differs only by the repeated fraction and length in `doc_stats` (docs/LOG.md, 2026-12-03).
+
 Layout: MiniLM's uncased WordPiece treats newlines and indentation as spaces, so a file and its
 one-line collapse tokenise alike, and a heading looks like the start of its first sentence. With
 `layout_marks` (`code`, or `all` documents), the text is rewritten before tokenising: every line
@@ -35,10 +44,12 @@ from dataclasses import dataclass
 
 import torch
 
+from services.scorer.token_stats import TokenStats, cohesion_input
+
 N_BUCKETS = 8
 END_BUCKET = N_BUCKETS  # the document's last token (and the separator after it)
 REPEAT_NGRAM = 8  # tokens; n-grams of this length seen earlier in the document mark a repetition
-DOC_STATS = 2  # per-document inputs of both heads: log length, repeated fraction
+DOC_STATS = 4  # per-document inputs of both heads: log length, repeated fraction, unfinished end, cohesion
 NEWLINE_MARK, INDENT_MARK = "¶", "»"
 _LEADING = re.compile(r"^[ \t]+")
 
@@ -77,6 +88,24 @@ def repeated_marks(ids: list[int], n: int = REPEAT_NGRAM) -> list[int]:
     return marks
 
 
+def without_repeats(ids: list[int], marks: list[int]) -> tuple[list[int], list[int]]:
+    """The tokens left when every marked (repeated) token is taken out, and per kept token 1 where a
+    removed run follows it (the first kept token marks a run at the very start)."""
+    kept, flags = [], []
+    for tok, mark in zip(ids, marks, strict=True):
+        if mark:
+            if flags:
+                flags[-1] = 1
+            continue
+        kept.append(tok)
+        flags.append(0)
+    if not kept:  # nothing but repeats cannot happen (a first occurrence is never marked); keep the input
+        return list(ids), list(marks)
+    if marks and marks[0]:
+        flags[0] = 1
+    return kept, flags
+
+
 def probe_subset(n_windows: int, probe_windows: int) -> list[int]:
     """Which of a document's read windows the Probe reads: all (0 or enough), else spread first → last."""
     if probe_windows <= 0 or probe_windows >= n_windows:
@@ -96,30 +125,35 @@ class Windows:
     repeated: torch.Tensor  # [R, W] 1 = the token is part of an n-gram seen earlier in its document
     doc: list[int]  # per row
     probe_row: list[bool]  # per row: the Probe reads it
-    tokens_read: list[int]  # per document (content tokens, overlaps counted once)
+    tokens_read: list[int]  # per document (content tokens through the backbone, overlaps counted once)
     tokens_total: list[int]  # per document
     repeated_fraction: list[float]  # per document, over all its tokens
+    unfinished: list[float]  # per document: 1 = its last token ends no sentence (token_stats.py)
+    cohesion: list[float]  # per document: token_stats.cohesion_input of its (repeat-free when skipped) tokens
 
     def rows_of(self, d: int) -> list[int]:
         return [r for r, x in enumerate(self.doc) if x == d]
 
     def doc_stats(self) -> torch.Tensor:
-        """[n_docs, DOC_STATS]: log length (windows.log_length) and repeated fraction of each document."""
-        rep = torch.tensor(self.repeated_fraction, dtype=torch.float32).unsqueeze(1)
-        return torch.cat([log_length(self.tokens_total), rep], 1)
+        """[n_docs, DOC_STATS]: log length (windows.log_length), repeated fraction, unfinished end and
+        sentence cohesion (token_stats.py) of each document."""
+        per_doc = torch.tensor([self.repeated_fraction, self.unfinished, self.cohesion], dtype=torch.float32).T
+        return torch.cat([log_length(self.tokens_total), per_doc], 1)
 
 
 class WindowReader:
     """Tokenises documents whole and cuts them into the windows the scorer reads."""
 
     def __init__(self, tokenizer, window_tokens: int, max_tokens: int, policy: str = "spread",
-                 layout_marks: str = "all", probe_windows: int = 0) -> None:
+                 layout_marks: str = "all", probe_windows: int = 0, skip_repeats: bool = False) -> None:
         if layout_marks not in ("none", "code", "all"):
             raise ValueError(f"layout_marks={layout_marks!r}; expected none, code or all")
         self.tok = tokenizer
         self.window, self.content = window_tokens, window_tokens - 2
         self.budget_windows = max(1, max_tokens // window_tokens)
         self.policy, self.layout_marks, self.probe_windows = policy, layout_marks, probe_windows
+        self.skip_repeats = skip_repeats
+        self.stats = TokenStats(tokenizer, (NEWLINE_MARK, INDENT_MARK))
         self.cls, self.sep, self.pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
         if self.cls is None or self.sep is None:  # decoders: BOS/EOS in their place
             self.cls = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
@@ -130,7 +164,7 @@ class WindowReader:
     def from_meta(cls, tokenizer, meta: dict) -> WindowReader:
         """The reader a heads.pt was trained with (its meta records the windowing)."""
         return cls(tokenizer, meta["window_tokens"], meta["max_tokens"], meta["window_policy"], meta["layout_marks"],
-                   meta["probe_windows"])
+                   meta["probe_windows"], meta.get("skip_repeats", False))
 
     def prepare(self, text: str, kind: str) -> str:
         marks = self.layout_marks == "all" or (self.layout_marks == "code" and kind == "code")
@@ -140,9 +174,17 @@ class WindowReader:
         prepared = [self.prepare(t, k) for t, k in zip(texts, kinds, strict=True)]
         ids_per_doc = self.tok(prepared, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
         rows, buckets, reps, docs, probe_rows, read, total, rep_frac = [], [], [], [], [], [], [], []
+        unfinished, cohesion = [], []
         for d, ids in enumerate(ids_per_doc):
-            n = len(ids)
+            prose = kinds[d] != "code"  # sentences and their ends are prose notions; 0 for code
+            total.append(len(ids))
             marks = repeated_marks(ids)
+            rep_frac.append(sum(marks) / max(1, len(ids)))
+            unfinished.append(self.stats.unfinished_end(ids) if prose else 0.0)
+            if self.skip_repeats and prose:
+                ids, marks = without_repeats(ids, marks)
+            cohesion.append(cohesion_input(self.stats.sentence_cohesion(ids)) if prose else 0.0)
+            n = len(ids)
             starts = window_starts(n, self.content, self.budget_windows, self.policy)
             in_probe = set(probe_subset(len(starts), self.probe_windows))
             covered = set()
@@ -157,8 +199,6 @@ class WindowReader:
                 docs.append(d)
                 probe_rows.append(w in in_probe)
             read.append(len(covered))
-            total.append(n)
-            rep_frac.append(sum(marks) / max(1, n))
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -169,7 +209,7 @@ class WindowReader:
             mask[r, : len(row)] = 1
             bucket[r, : len(row)] = torch.tensor(b)
             repeated[r, : len(row)] = torch.tensor(rp, dtype=torch.float32)
-        return Windows(input_ids, mask, bucket, repeated, docs, probe_rows, read, total, rep_frac)
+        return Windows(input_ids, mask, bucket, repeated, docs, probe_rows, read, total, rep_frac, unfinished, cohesion)
 
 
 def per_document(x_RTD: torch.Tensor, mask_RT: torch.Tensor, doc: list[int], n_docs: int) -> list[torch.Tensor]:

@@ -85,6 +85,10 @@ class HeadsConfig(Section):
         0, ge=0, le=4096, description="Windows the Probe reads, spread first to last over those the Judge reads "
         "(0 = all of them); a document the Probe drops costs only these windows' first layers.",
     )
+    skip_repeats: bool = Field(
+        True, description="Read each document with its repeated 8-gram runs taken out (their fraction stays a head "
+        "input), so a repeated passage does not move the windows onto other text.",
+    )
     judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (the production Judge: Linear(512 → dims)).")
     judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge.")
     judge_heads: int = Field(8, ge=1, le=64, description="Attention heads of the Judge's encoder.")

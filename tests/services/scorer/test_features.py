@@ -113,7 +113,7 @@ def test_training_inputs_pooled_once_give_the_judge_what_scoring_gives_it():
     probe_seqs = [torch.randn(7, 8), torch.randn(13, 8)]
     buckets = [torch.tensor([0] * 6 + [8], dtype=torch.uint8), torch.tensor([1] * 12 + [8], dtype=torch.uint8)]
     repeated = [torch.tensor([0] * 5 + [1, 1], dtype=torch.uint8), torch.tensor([0] * 13, dtype=torch.uint8)]
-    stats = torch.tensor([[0.5, 2 / 7], [0.7, 0.0]])
+    stats = torch.tensor([[0.5, 2 / 7, 1.0, 0.4], [0.7, 0.0, 0.0, -0.2]])  # length, repeated, unfinished, cohesion
     feats = {"seqs": [s.half() for s in seqs], "probe_seqs": [s.half() for s in probe_seqs], "buckets": buckets,
              "repeated": repeated, "pooled": torch.zeros(2, 8),  # the Probe's input: not what the Judge reads
              "doc_stats": stats}
