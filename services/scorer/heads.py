@@ -15,10 +15,15 @@ readout → LayerNorm → Linear(→ n_dims), built as a residual over a probe:
     judge(x) = Linear([mean(h_probe), doc_stats]) + out(readout(encoder(proj(h_judge) + proj_probe(h_probe)
                                                                         + pos + proj_rep(repeated))))
 
-- Readout: the masked mean of the encoder's output concatenated with `READOUT_QUERIES` learned
-  attention pools (one softmax over the segments per query). Why not the mean alone: a defect
-  that sits in a few segments (a cut-off ending, a spam line, the start of a repeated passage) is
-  diluted by every clean segment in a mean; an attention pool can put its weight there.
+- Readout: the masked mean of the encoder's output concatenated with `readout_queries` learned
+  attention pools (one softmax over the segments per query; `heads.judge_readout_queries`, 4 by
+  default). Why the pools: a defect that sits in a few segments (a cut-off ending, a spam line) is
+  diluted by every clean segment in a mean; an attention pool can put its weight there. Their
+  cost, measured: they weight whichever sentences a window happens to read, so on the pairs
+  benchmark a shuffled copy's score moved by 0.044 against its source in no consistent direction
+  (Judge order 0.80-0.82; with the mean alone 0.85-0.86, two head seeds). The mean alone is not the
+  default: on the end-to-end test's 60 held-out general documents its Judge fell below the Probe
+  (0.70 vs 0.73; docs/LOG.md 2026-12-03).
 - Skip path: a linear head on the Probe's own input. Why: on MiniLM how linearly the rubric labels
   read from mean-pooled states falls with depth (ridge, general rubric: 0.83 at the embeddings,
   0.75 at layer 5, 0.46 at layer 6; its last layer is tuned for sentence similarity), and a
@@ -45,8 +50,6 @@ import torch
 from torch import nn
 
 from services.scorer.windows import DOC_STATS, END_BUCKET
-
-READOUT_QUERIES = 4
 
 
 def masked_mean(x_BTD: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
@@ -122,7 +125,7 @@ class Judge(nn.Module):
     SKIP_PREFIX = "skip."  # parameters trained at the Probe's learning rate
 
     def __init__(self, width: int, n_dims: int, dim: int = 512, layers: int = 2, heads: int = 8,
-                 dropout: float = 0.1, pool: int = 1) -> None:
+                 dropout: float = 0.1, pool: int = 1, readout_queries: int = 4) -> None:
         super().__init__()
         self.pool = pool
         self.skip = nn.Linear(width + DOC_STATS, n_dims)
@@ -132,8 +135,8 @@ class Judge(nn.Module):
         self.position = nn.Embedding(END_BUCKET + 1, dim)
         self.encoder = nn.ModuleList(EncoderBlock(dim, heads, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
-        self.queries = nn.Linear(dim, READOUT_QUERIES)
-        self.out = nn.Linear(dim * (1 + READOUT_QUERIES), n_dims)
+        self.queries = nn.Linear(dim, readout_queries) if readout_queries else None
+        self.out = nn.Linear(dim * (1 + readout_queries), n_dims)
         nn.init.zeros_(self.out.weight)  # start as the skip (a linear probe); the encoder learns a correction
         nn.init.zeros_(self.out.bias)
 
@@ -158,7 +161,9 @@ class Judge(nn.Module):
         for block in self.encoder:
             h_BSE = block(h_BSE, keep_BS[:, None, None, :])
         h_BSE = self.norm(h_BSE)
-        scores_BSQ = self.queries(h_BSE).masked_fill(~keep_BS.unsqueeze(-1), float("-inf"))
-        pooled_BQE = torch.einsum("bsq,bse->bqe", scores_BSQ.softmax(1), h_BSE)
-        readout = torch.cat([masked_mean(h_BSE, keep_BS), pooled_BQE.flatten(1)], 1)
+        readout = masked_mean(h_BSE, keep_BS)
+        if self.queries is not None:
+            scores_BSQ = self.queries(h_BSE).masked_fill(~keep_BS.unsqueeze(-1), float("-inf"))
+            pooled_BQE = torch.einsum("bsq,bse->bqe", scores_BSQ.softmax(1), h_BSE)
+            readout = torch.cat([readout, pooled_BQE.flatten(1)], 1)
         return self.skip(skip_in_BF) + self.out(readout)

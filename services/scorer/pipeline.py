@@ -122,7 +122,7 @@ def train_stage(cfg) -> dict:
         split = split_indices(len(y), hcfg.val_fraction, hcfg.test_fraction, hcfg.seed, g["group"])
         entry = {"dims": list(RUBRICS[name].dims), "max_score": RUBRICS[name].max_score,
                  "judge_cfg": {"dim": hcfg.judge_dim, "layers": hcfg.judge_layers, "heads": hcfg.judge_heads,
-                               "pool": hcfg.judge_pool},
+                               "pool": hcfg.judge_pool, "readout_queries": hcfg.judge_readout_queries},
                  "split": {k: [g["ids"][i] for i in v] for k, v in split.items()}}
         rep = {"features_cached": bool(feats["cached"]), "n": len(y),
                "read_fraction_mean": float(feats["coverage"].mean())}

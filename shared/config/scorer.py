@@ -95,6 +95,10 @@ class HeadsConfig(Section):
     judge_pool: int = Field(
         1, ge=1, le=64, description="Tokens mean-pooled into one segment before the Judge's encoder (1 = every token)."
     )
+    judge_readout_queries: int = Field(
+        4, ge=0, le=64, description="Learned attention pools beside the mean in the Judge's readout (0 = the mean "
+        "alone; heads.py has what each costs).",
+    )
     pair_weight: float = Field(
         0.0, ge=0, le=100,
         description="Weight of the hinge that ranks each labelled degraded copy below its source document "

@@ -63,6 +63,19 @@ def test_judge_starts_as_a_linear_probe_on_the_probe_layer():
     torch.testing.assert_close(judge(x, m, xp, b, rep, stats), judge.skip(torch.cat([masked_mean(xp, m), stats], 1)))
 
 
+def test_judge_readout_is_the_mean_alone_with_no_attention_pools_and_both_forms_run():
+    torch.manual_seed(0)
+    x, m = pad_seqs([torch.randn(6, 8), torch.randn(6, 8)])
+    x[1, 5] += 50.0  # one segment differs a lot
+    xp, b, rep, stats = x.clone(), torch.zeros(m.shape, dtype=torch.long), torch.zeros(m.shape), torch.zeros(2, DOC_STATS)
+    mean_only, pooled = (Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0, readout_queries=q).eval() for q in (0, 4))
+    assert mean_only.queries is None and mean_only.out.in_features == 16 and pooled.out.in_features == 16 * 5
+    for judge in (mean_only, pooled):
+        torch.nn.init.normal_(judge.out.weight)
+        out = judge(x, m, xp, b, rep, stats)
+        assert out.shape == (2, 2) and torch.isfinite(out).all()
+
+
 def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
     torch.manual_seed(0)
     for pool in (1, 2):
