@@ -2,8 +2,8 @@
 
 Probe: masked mean-pool of the layer-L_probe states of every token it reads → Linear(width + 4 →
 n_dims), the extra inputs being the document's `doc_stats` (log length, fraction of tokens in a
-repeated 8-gram, unfinished ending, sentence cohesion: windows.py, token_stats.py). Cheap enough to run on every document; its job is to drop the clearly bad ones
-before the expensive layers.
+repeated 8-gram, unfinished ending, sentence cohesion: windows.py, token_stats.py). Cheap enough
+to run on every document; its job is to drop the clearly bad ones before the expensive layers.
 
 Judge: the tokens of all windows, concatenated and mean-pooled in segments of `judge_pool` tokens
 (4 in the demo: the encoder's cost falls with the square of its length) → Linear(width → dim) of

@@ -125,7 +125,8 @@ def windowing_meta(cfg, layers) -> dict:
 
 
 def features_meta(cfg, layers) -> dict:
-    return {**windowing_meta(cfg, layers), "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats(length,repeated,unfinished,cohesion-4)"}
+    return {**windowing_meta(cfg, layers),
+            "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats(length,repeated,unfinished,cohesion)"}
 
 
 def backbone_features(cfg, bb, reader, rubric: str, g: dict, layers) -> dict:

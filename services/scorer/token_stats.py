@@ -16,7 +16,8 @@ shuffled ones, about chance):
   WordPiece tokens). Tokens that occur in more than half of a document's sentences are left out
   (the document's own function words), so it needs no stop-word list in any language.
 
-Both are read for prose only (0 for code, whose `.` and line ends are not sentences). Both cost a
+Word-initial tokens are those without WordPiece's `##` continuation prefix; a tokenizer without
+that convention (byte-level BPE) has every token counted. Both are read for prose only (0 for code, whose `.` and line ends are not sentences). Both cost a
 pass over token ids, no backbone compute. They are statistics of the text, not of the
 oracle: with an LLM oracle the heads learn from its labels how much each one is worth.
 """
@@ -24,6 +25,7 @@ oracle: with an LLM oracle the heads learn from its labels how much each one is 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 SENTENCE_ENDS = (".", "!", "?", "。", "！", "？", "…")
 CLOSERS = ('"', "'", ")", "]", "»", "”", "’", "」", "』")
@@ -61,7 +63,8 @@ class TokenStats:
             sents.append(cur)
         if len(sents) < MIN_SENTENCES:
             return 0.0
-        common = {t for t in set().union(*sents) if sum(t in s for s in sents) * 2 > len(sents)}
+        in_sentences = Counter(t for s in sents for t in s)
+        common = {t for t, k in in_sentences.items() if k * 2 > len(sents)}
         sents = [s - common for s in sents]
 
         def overlap(a: set, b: set) -> float:

@@ -90,19 +90,15 @@ def repeated_marks(ids: list[int], n: int = REPEAT_NGRAM) -> list[int]:
 
 def without_repeats(ids: list[int], marks: list[int]) -> tuple[list[int], list[int]]:
     """The tokens left when every marked (repeated) token is taken out, and per kept token 1 where a
-    removed run follows it (the first kept token marks a run at the very start)."""
+    removed run follows it. A document's first token is never marked (a repeat needs an earlier
+    occurrence), so every removed run has a kept token before it."""
     kept, flags = [], []
     for tok, mark in zip(ids, marks, strict=True):
         if mark:
-            if flags:
-                flags[-1] = 1
+            flags[-1] = 1
             continue
         kept.append(tok)
         flags.append(0)
-    if not kept:  # nothing but repeats cannot happen (a first occurrence is never marked); keep the input
-        return list(ids), list(marks)
-    if marks and marks[0]:
-        flags[0] = 1
     return kept, flags
 
 

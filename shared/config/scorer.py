@@ -86,8 +86,8 @@ class HeadsConfig(Section):
         "(0 = all of them); a document the Probe drops costs only these windows' first layers.",
     )
     skip_repeats: bool = Field(
-        True, description="Read each document with its repeated 8-gram runs taken out (their fraction stays a head "
-        "input), so a repeated passage does not move the windows onto other text.",
+        True, description="Read each prose document with its repeated 8-gram runs taken out (their fraction stays a "
+        "head input), so a repeated passage does not move the windows onto other text; code keeps its repeats.",
     )
     judge_dim: int = Field(512, ge=16, le=4096, description="Judge projection width (the production Judge: Linear(512 → dims)).")
     judge_layers: int = Field(2, ge=1, le=12, description="Transformer-encoder layers of the Judge.")
