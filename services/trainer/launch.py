@@ -128,7 +128,13 @@ def run_local(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
 
 
 def _spawned(rank: int, world: int, port: int, cfg_json: dict, resume: bool, queue) -> None:
+    import faulthandler
+
     import torch.distributed as dist
+
+    # A worker killed by a signal (a native abort, a segfault) would otherwise leave only its exit
+    # code; this prints every thread's Python stack to stderr first.
+    faulthandler.enable(all_threads=True)
 
     from services.trainer.loop import WorkerContext, train_worker
 
@@ -162,7 +168,9 @@ def spawn_local(cfg: ExperimentConfig, resume: bool = False) -> dict[str, Any]:
         elif any(p.exitcode not in (None, 0) for p in procs):
             for p in procs:
                 p.terminate()
-            raise RuntimeError(f"training workers failed with exit codes {[p.exitcode for p in procs]}")
+            codes = [p.exitcode for p in procs]
+            raise RuntimeError(f"training workers failed with exit codes {codes} (a negative code is the signal "
+                               "that killed the worker; its stack, if any, is on stderr above)")
         else:
             time.sleep(0.05)
     for p in procs:

@@ -3,9 +3,9 @@
 Why: one expert's work in the fused path (`shared.kernels.fused_experts`) is a few hundred rows:
 its GEMMs split across two cores with OpenMP fork/join at every call, and its ~20 elementwise ops
 are below ATen's parallel grain (32,768 elements), so they run on one core while the other waits.
-Giving each core its own experts instead (torch's intra-op threads set to 1 meanwhile, so nothing
-oversubscribes) keeps both busy through the elementwise work and the Python between ops, which
-releases the GIL inside every ATen call. It also removes the fork/join barriers, which on a
+Giving each core its own experts instead (on pool threads whose torch runs one intra-op thread
+each, so nothing oversubscribes) keeps both busy through the elementwise work and the Python
+between ops, which releases the GIL inside every ATen call. It also removes the fork/join barriers, which on a
 shared machine stall a whole GEMM whenever one of its threads is descheduled.
 
 Experts are cut into contiguous groups of about equal rows, the same cut for a given set of
@@ -21,6 +21,7 @@ number of groups to force.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -86,9 +87,39 @@ def split_by_rows(counts: Sequence[int], groups: int) -> list[range]:
     return [range(cuts[i], cuts[i + 1]) for i in range(groups)]
 
 
-def _single_threaded(fn: Callable[[], None]) -> Callable[[], None]:
+def _make_single_threaded(lock: threading.Lock) -> None:
+    """A pool thread's initializer: torch's thread count for this thread becomes 1, once.
+
+    `torch.set_num_threads` is not safe to call while other threads compute: besides this
+    thread's OpenMP and MKL counts it resets process-wide state (the pthreadpool, oneDNN's
+    primitive cache). So it runs here, serialised, while the pool is being built and nothing
+    else computes, and never again per job."""
+    with lock:
+        torch.get_num_threads()  # this thread's lazy thread-count initialisation happens now, not mid-job
+        torch.set_num_threads(1)
+
+
+def _pool_of(size: int) -> ThreadPoolExecutor:
+    """The shared pool with at least `size` threads, every one of them already single-threaded."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is not None and _pool_size >= size:
+            return _pool
+        caller_threads = torch.get_num_threads()
+        pool = ThreadPoolExecutor(size, thread_name_prefix="moelab-experts", initializer=_make_single_threaded,
+                                  initargs=(threading.Lock(),))
+        barrier = threading.Barrier(size)  # `size` tasks that wait for each other: `size` threads exist
+        for f in [pool.submit(barrier.wait) for _ in range(size)]:
+            f.result()
+        torch.set_num_threads(caller_threads)  # the initializers also set the process default; restore it
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool, _pool_size = pool, size
+        return pool
+
+
+def _without_grad(fn: Callable[[], None]) -> Callable[[], None]:
     def run() -> None:
-        torch.set_num_threads(1)  # this pool thread's OpenMP team: itself only
         with torch.no_grad():  # grad mode is per thread; autograd Functions run their bodies without it
             fn()
 
@@ -96,21 +127,21 @@ def _single_threaded(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 def run_concurrently(jobs: Sequence[Callable[[], None]]) -> None:
-    """Run `jobs` at once, one per thread (the first on the calling thread), each single-threaded;
-    torch's thread count is restored afterwards. Exceptions propagate."""
-    global _pool, _pool_size
+    """Run `jobs` at once, each single-threaded: the first on the calling thread (so a profiler
+    started there sees it), the others on pool threads. The caller's thread count is set to 1 and
+    restored only while the pool is idle. Every job finishes before an exception propagates."""
     if len(jobs) == 1:
         jobs[0]()
         return
+    pool = _pool_of(len(jobs) - 1)
     threads = torch.get_num_threads()
-    with _pool_lock:
-        if _pool is None or _pool_size < len(jobs) - 1:
-            _pool, _pool_size = ThreadPoolExecutor(len(jobs) - 1, thread_name_prefix="moelab-experts"), len(jobs) - 1
-        pool = _pool
     torch.set_num_threads(1)
     try:
-        futures = [pool.submit(_single_threaded(job)) for job in jobs[1:]]
-        jobs[0]()
+        futures = [pool.submit(_without_grad(job)) for job in jobs[1:]]
+        try:
+            jobs[0]()
+        finally:
+            concurrent.futures.wait(futures)
         for f in futures:
             f.result()
     finally:

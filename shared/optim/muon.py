@@ -53,10 +53,12 @@ def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-7, dtype: torch.dty
 
 def _orthogonalize(update: Tensor, steps: int, dtype: torch.dtype) -> Tensor:
     """Newton–Schulz of the whole matrix, also when FSDP2 shards it (a DTensor): orthogonalising
-    each shard alone would be wrong, so gather it, orthogonalise, and keep this rank's shard."""
+    each shard alone would be wrong, so gather it, orthogonalise, and keep this rank's shard.
+    Every rank computes the same whole result, so each cuts its shard locally
+    (`src_data_rank=None`) instead of receiving it from rank 0: one collective per matrix, not two."""
     if isinstance(update, DTensor):
         full = newton_schulz(update.full_tensor(), steps, dtype=dtype)
-        return distribute_tensor(full, update.device_mesh, update.placements)
+        return distribute_tensor(full, update.device_mesh, update.placements, src_data_rank=None)
     return newton_schulz(update, steps, dtype=dtype)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -51,6 +53,16 @@ def test_jobs_run_single_threaded_and_threads_are_restored_even_on_error():
     with pytest.raises(RuntimeError, match="expert job failed"):
         run_concurrently([lambda: None, boom])
     assert torch.get_num_threads() == threads
+
+
+def test_building_the_pool_leaves_the_process_default_for_new_threads():
+    threads = torch.get_num_threads()
+    run_concurrently([lambda: None] * 3)  # a pool larger than any before: built now
+    seen: list[int] = []
+    fresh = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    fresh.start()
+    fresh.join()
+    assert seen == [threads]
 
 
 def _problem(T=384, D=64, F=32, E=12, K=3, seed=0):
