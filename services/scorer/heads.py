@@ -125,9 +125,9 @@ class Judge(nn.Module):
     SKIP_PREFIX = "skip."  # parameters trained at the Probe's learning rate
 
     def __init__(self, width: int, n_dims: int, dim: int = 512, layers: int = 2, heads: int = 8,
-                 dropout: float = 0.1, pool: int = 1, readout_queries: int = 4) -> None:
+                 dropout: float = 0.1, pool: int = 1, readout_queries: int = 4, segment_dropout: float = 0.0) -> None:
         super().__init__()
-        self.pool = pool
+        self.pool, self.segment_dropout = pool, segment_dropout
         self.skip = nn.Linear(width + DOC_STATS, n_dims)
         self.proj = nn.Linear(width, dim)
         self.proj_probe = nn.Linear(width, dim, bias=False)
@@ -157,6 +157,10 @@ class Judge(nn.Module):
         rep_BS1 = rep_BS.to(x_BSD.dtype).unsqueeze(-1)
         tokens_BSE = self.proj(x_BSD) + self.proj_probe(probe_BSD) + self.position(bucket_BS) + self.proj_rep(rep_BS1)
         keep_BS = mask_BS.bool()
+        if self.training and self.segment_dropout:
+            kept_BS = torch.rand(keep_BS.shape, device=keep_BS.device) >= self.segment_dropout
+            kept_BS = torch.where((keep_BS & kept_BS).any(1, keepdim=True), kept_BS, True)  # never a document's last
+            keep_BS = keep_BS & kept_BS
         h_BSE = tokens_BSE
         for block in self.encoder:
             h_BSE = block(h_BSE, keep_BS[:, None, None, :])

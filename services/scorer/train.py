@@ -132,7 +132,8 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
     n_dims = targets.shape[1]
     head = Probe(width, n_dims) if kind == "probe" else Judge(width, n_dims, hcfg.judge_dim, hcfg.judge_layers,
                                                               hcfg.judge_heads, pool=getattr(hcfg, "judge_pool", 1),
-                                                              readout_queries=getattr(hcfg, "judge_readout_queries", 4))
+                                                              readout_queries=getattr(hcfg, "judge_readout_queries", 4),
+                                                              segment_dropout=getattr(hcfg, "judge_segment_dropout", 0.0))
     if kind == "probe":
         groups = [{"params": list(head.parameters()), "lr": hcfg.lr}]
     else:

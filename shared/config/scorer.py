@@ -99,6 +99,11 @@ class HeadsConfig(Section):
         4, ge=0, le=64, description="Learned attention pools beside the mean in the Judge's readout (0 = the mean "
         "alone; heads.py has what each costs).",
     )
+    judge_segment_dropout: float = Field(
+        0.0, ge=0, lt=1,
+        description="Training only: the fraction of a document's segments hidden from the Judge's encoder at each "
+        "step, so its correction does not hang on which sentences the windows happen to read.",
+    )
     pair_weight: float = Field(
         0.0, ge=0, le=100,
         description="Weight of the hinge that ranks each labelled degraded copy below its source document "

@@ -76,6 +76,22 @@ def test_judge_readout_is_the_mean_alone_with_no_attention_pools_and_both_forms_
         assert out.shape == (2, 2) and torch.isfinite(out).all()
 
 
+def test_segment_dropout_hides_segments_in_training_only_and_never_a_whole_document():
+    torch.manual_seed(0)
+    judge = Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0, segment_dropout=0.9)
+    torch.nn.init.normal_(judge.out.weight)
+    x, m = pad_seqs([torch.randn(1, 8), torch.randn(12, 8)])  # a one-segment document and a long one
+    xp, b, rep, stats = x.clone(), torch.zeros(m.shape, dtype=torch.long), torch.zeros(m.shape), torch.zeros(2, DOC_STATS)
+    judge.eval()
+    scored = judge(x, m, xp, b, rep, stats)
+    torch.testing.assert_close(judge(x, m, xp, b, rep, stats), scored)  # scoring: every segment, every time
+    judge.train()
+    trained = torch.stack([judge(x, m, xp, b, rep, stats) for _ in range(20)])
+    assert torch.isfinite(trained).all()  # a document never loses all its segments
+    torch.testing.assert_close(trained[:, 0], scored[0].expand(20, 2))  # its only segment always stays
+    assert (trained[:, 1] - scored[1]).abs().amax() > 1e-3  # the long one is read through different subsets
+
+
 def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
     torch.manual_seed(0)
     for pool in (1, 2):
