@@ -17,9 +17,10 @@ shuffled ones, about chance):
   (the document's own function words), so it needs no stop-word list in any language.
 
 Word-initial tokens are those without WordPiece's `##` continuation prefix; a tokenizer without
-that convention (byte-level BPE) has every token counted. Both are read for prose only (0 for code, whose `.` and line ends are not sentences). Both cost a
-pass over token ids, no backbone compute. They are statistics of the text, not of the
-oracle: with an LLM oracle the heads learn from its labels how much each one is worth.
+that convention (byte-level BPE) has every token counted. Both are read for prose only (0 for
+code, whose `.` and line ends are not sentences). Both cost a pass over token ids, no backbone
+compute. They are statistics of the text, not of the oracle: with an LLM oracle the heads learn
+from its labels how much each one is worth.
 """
 
 from __future__ import annotations

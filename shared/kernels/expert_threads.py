@@ -5,8 +5,8 @@ its GEMMs split across two cores with OpenMP fork/join at every call, and its ~2
 are below ATen's parallel grain (32,768 elements), so they run on one core while the other waits.
 Giving each core its own experts instead (on pool threads whose torch runs one intra-op thread
 each, so nothing oversubscribes) keeps both busy through the elementwise work and the Python
-between ops, which releases the GIL inside every ATen call. It also removes the fork/join barriers, which on a
-shared machine stall a whole GEMM whenever one of its threads is descheduled.
+between ops, which releases the GIL inside every ATen call. It also removes the fork/join
+barriers, which on a shared machine stall a whole GEMM whenever one of its threads is descheduled.
 
 Experts are cut into contiguous groups of about equal rows, the same cut for a given set of
 per-expert counts and thread count, and each group accumulates into its own output buffer; the
@@ -39,6 +39,7 @@ _override: str | None = None  # `use_expert_threads`, ahead of the environment
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
+_init_lock = threading.Lock()  # serialises the pool threads' initializers (`_pool_lock` is held meanwhile)
 
 
 def expert_groups(expert_macs: float, active_experts: int) -> int:
@@ -87,14 +88,14 @@ def split_by_rows(counts: Sequence[int], groups: int) -> list[range]:
     return [range(cuts[i], cuts[i + 1]) for i in range(groups)]
 
 
-def _make_single_threaded(lock: threading.Lock) -> None:
+def _make_single_threaded() -> None:
     """A pool thread's initializer: torch's thread count for this thread becomes 1, once.
 
     `torch.set_num_threads` is not safe to call while other threads compute: besides this
     thread's OpenMP and MKL counts it resets process-wide state (the pthreadpool, oneDNN's
     primitive cache). So it runs here, serialised, while the pool is being built and nothing
     else computes, and never again per job."""
-    with lock:
+    with _init_lock:
         torch.get_num_threads()  # this thread's lazy thread-count initialisation happens now, not mid-job
         torch.set_num_threads(1)
 
@@ -106,8 +107,7 @@ def _pool_of(size: int) -> ThreadPoolExecutor:
         if _pool is not None and _pool_size >= size:
             return _pool
         caller_threads = torch.get_num_threads()
-        pool = ThreadPoolExecutor(size, thread_name_prefix="moelab-experts", initializer=_make_single_threaded,
-                                  initargs=(threading.Lock(),))
+        pool = ThreadPoolExecutor(size, thread_name_prefix="moelab-experts", initializer=_make_single_threaded)
         barrier = threading.Barrier(size)  # `size` tasks that wait for each other: `size` threads exist
         for f in [pool.submit(barrier.wait) for _ in range(size)]:
             f.result()
