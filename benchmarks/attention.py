@@ -104,6 +104,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     p.add_argument("--worker", choices=KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default: benchmarks/results/attention.<native|avx2>.json; none with --quick)")
     args = p.parse_args()
     lengths = args.lengths or ([128, 256, 512] if args.quick else [512, 1024, 2048, 4096])
     repeats = args.repeats or (1 if args.quick else 3)
@@ -115,6 +117,7 @@ def main() -> None:
     if "gqa" not in args.kinds:
         args.kinds.insert(0, "gqa")
 
+    from benchmarks.result_file import save_cpu_result
     from shared.kernels.blas_probe import print_machine_line
 
     machine = print_machine_line()  # the CPU, its ISA flags and caps, and the BLAS code paths loaded
@@ -150,6 +153,8 @@ def main() -> None:
     summary["full_exponent"] = summary["gqa_exponent"]
     summary.setdefault("swa_exponent", float("nan"))
     summary.setdefault("kda_exponent", float("nan"))
+    summary["quick"] = args.quick
+    save_cpu_result("attention", args.out, args.quick, summary)
     print(json.dumps(summary))
 
 

@@ -35,6 +35,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
+from benchmarks.result_file import save_cpu_result  # noqa: E402
 from shared.kernels.blas_probe import print_machine_line  # noqa: E402
 from shared.kernels.cpu_gemm import library_of, mm_nt, onednn_available, use_cpu_gemm  # noqa: E402
 from shared.kernels.gemm_autotune import GEMMS  # noqa: E402
@@ -75,6 +76,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default: benchmarks/results/cpu_gemm.<native|avx2>.json; none with --quick)")
     args = p.parse_args()
     # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
     # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
@@ -100,6 +103,7 @@ def main() -> None:
               f"{gf['mm_nt']:7.1f} GFLOP/s   {speedups[-1]:.2f}x", flush=True)
     result["ratio"] = math.exp(statistics.fmean(math.log(s) for s in speedups))
     result["ratio_onednn"] = math.exp(statistics.fmean(math.log(s) for s in onednn))
+    save_cpu_result("cpu_gemm", args.out, args.quick, result)
     print(json.dumps(result, ensure_ascii=False))
 
 

@@ -50,6 +50,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from benchmarks.result_file import save_cpu_result  # noqa: E402
+from shared.kernels.blas_probe import machine_report  # noqa: E402
 from shared.net import free_port  # noqa: E402
 
 REPO = _HERE.parent
@@ -210,6 +212,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=15, help="timed calls per variant (median reported)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process (2 processes share the cores)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default: benchmarks/results/ep_overlap.<native|avx2>.json; none with --quick)")
     args = p.parse_args()
     if args.quick:
         args.seq, args.batch, args.tokens, args.d_model, args.hidden, args.experts = 32, 2, 256, 128, 64, 8
@@ -245,7 +249,10 @@ def main() -> None:
               f" {r['s_overlap'] * 1e3:7.1f} ms (blocked {r['blocked_s_overlap'] * 1e3:.1f}) |"
               f" ratio {r['s_no_overlap'] / r['s_overlap']:.3f}, vs halves {r['ratio_vs_halves']:.3f} |"
               f" one bare a2a of all rows {r['a2a_s'] * 1e3:.2f} ms")
-    print(json.dumps({**result, "threads": args.threads, "rounds": args.rounds, "quick": args.quick}))
+    summary = {**result, "threads": args.threads, "rounds": args.rounds, "quick": args.quick,
+               "machine": machine_report()}
+    save_cpu_result("ep_overlap", args.out, args.quick, summary)
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import statistics  # noqa: E402
 
 import torch  # noqa: E402
 
+from benchmarks.result_file import save_cpu_result  # noqa: E402
 from shared.kernels.blas_probe import print_machine_line  # noqa: E402
 from shared.kernels.dispatch import FUSE_MIN_EXPERT_MACS  # noqa: E402
 from shared.kernels.expert_path_autotune import MARGIN, PathClass, pick, time_ways, ways_for  # noqa: E402
@@ -66,6 +67,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="two small shapes, few repeats (smoke test)")
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default: benchmarks/results/expert_fusion.<native|avx2>.json; none with --quick)")
     args = p.parse_args()
     # Pin the thread count even at torch's default: setting it also turns MKL's dynamic thread
     # adjustment off (MKL_VERBOSE `Dyn:0`), under which a loaded machine slowed MKL's transposed-
@@ -93,9 +96,11 @@ def main() -> None:
         ms[key] = {w: round(v * 1e3, 3) for w, v in t.items()}
         print(f"{str((T, D, F, E, K)):<26}{T * K / E * D * F / 1e6:>11.1f}M" + "".join(f"{t[w] * 1e3:>20.2f}" for w in ways)
               + f"   {rules[key]} / {measured[key]}", flush=True)
-    print(json.dumps({"ratio": geomean(gains), "ms": ms, "rules": rules, "measured": measured,
-                      "rules_right": rules_right, "measured_right": measured_right, "shapes": len(grid),
-                      "threads": torch.get_num_threads(), "machine": machine}))
+    result = {"ratio": geomean(gains), "ms": ms, "rules": rules, "measured": measured,
+              "rules_right": rules_right, "measured_right": measured_right, "shapes": len(grid),
+              "threads": torch.get_num_threads(), "machine": machine, "quick": args.quick}
+    save_cpu_result("expert_fusion", args.out, args.quick, result)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=None, help="corpus size in MB of UTF-8 text (default 8, quick 1)")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--workers", type=int, default=2, help="concurrent Ray Data tokenization tasks")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result JSON (default: benchmarks/results/tokenize.<native|avx2>.json; none with --quick)")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repetitions, best kept (default 3, quick 1)")
     args = ap.parse_args()
     mb = args.mb if args.mb is not None else (1.0 if args.quick else 8.0)
@@ -145,7 +147,10 @@ def main() -> None:
           f"{manifest['build']['items']} items)")
     print(f"shards, in process        : {local_tps:>10,.0f} tokens/s  ({_secs(local_times)})")
     print(f"overhead vs raw: Ray {raw_tps / ray_tps - 1:+.1%}, in process {raw_tps / local_tps - 1:+.1%}")
-    print(json.dumps({
+    from benchmarks.result_file import save_cpu_result
+    from shared.kernels.blas_probe import machine_report
+
+    result = {
         "overhead": round(raw_tps / ray_tps - 1, 4),
         "local_overhead": round(raw_tps / local_tps - 1, 4),
         "ratio": round(ray_tps / raw_tps, 4),
@@ -157,7 +162,10 @@ def main() -> None:
         "workers": args.workers,
         "repeats": repeats,
         "quick": args.quick,
-    }))
+        "machine": machine_report(),
+    }
+    save_cpu_result("tokenize", args.out, args.quick, result)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

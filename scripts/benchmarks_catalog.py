@@ -83,6 +83,9 @@ HEADLINE: dict[str, tuple[str, ...]] = {  # figures shown beside the ratio keys 
     "scorer_pairs": ("accuracy.judge", "accuracy.cascade"),
     "tracker": ("query_ms", "targets_met"),
     "router_balance": ("steps", "seeds"),
+    "attention": ("full_exponent", "swa_exponent", "kda_exponent"),
+    "expert_fusion": ("rules_right", "measured_right", "shapes"),
+    "tokenize": ("overhead", "local_overhead"),
 }
 # Results of scripts/gpu_checks.sh, committed under benchmarks/results/gpu/<run>/ (docs/gpu-checks.md):
 # step file stem -> (the benchmark it is, the command that step runs).

@@ -1,0 +1,30 @@
+"""Where a CPU benchmark files its result JSON, so the figures it printed can be committed beside it.
+
+The name carries the ISA the run had (`native`, or `avx2` under the ISA caps: `blas_probe.isa_tag`),
+because a CPU figure holds only for its instruction set; a `--quick` smoke run files nothing unless
+`--out` names a file. Written atomically, like every result the benchmarks page reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.data.atomic import atomic_write_json
+from shared.kernels.blas_probe import isa_tag
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def cpu_result_path(name: str, out: Path | None, quick: bool) -> Path | None:
+    """`out` when given, else `benchmarks/results/<name>.<isa>.json`, or None for a quick run."""
+    if out is not None:
+        return Path(out)
+    return None if quick else RESULTS / f"{name}.{isa_tag()}.json"
+
+
+def save_cpu_result(name: str, out: Path | None, quick: bool, result: dict) -> Path | None:
+    """Write `result` where `cpu_result_path` says (nothing for a quick run); returns the path written."""
+    path = cpu_result_path(name, out, quick)
+    if path is not None:
+        atomic_write_json(path, result)
+    return path

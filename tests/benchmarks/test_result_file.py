@@ -1,0 +1,27 @@
+"""Where the CPU benchmarks file their results: named by ISA, nothing for a smoke run, `--out` wins."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import result_file
+
+
+def test_result_is_named_by_the_isa_the_run_had(monkeypatch, tmp_path):
+    monkeypatch.setattr(result_file, "RESULTS", tmp_path)
+    for var in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(var, raising=False)
+    assert result_file.cpu_result_path("cpu_gemm", None, quick=False) == tmp_path / "cpu_gemm.native.json"
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert result_file.cpu_result_path("cpu_gemm", None, quick=False) == tmp_path / "cpu_gemm.avx2.json"
+
+
+def test_quick_runs_file_nothing_unless_out_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(result_file, "RESULTS", tmp_path)
+    assert result_file.save_cpu_result("attention", None, True, {"ratio": 1.0}) is None
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / "mine.json"
+    assert result_file.save_cpu_result("attention", out, True, {"ratio": 1.5}) == out
+    assert json.loads(out.read_text()) == {"ratio": 1.5}
+    written = result_file.save_cpu_result("attention", None, False, {"ratio": 2.0})
+    assert written.parent == tmp_path and json.loads(written.read_text()) == {"ratio": 2.0}
