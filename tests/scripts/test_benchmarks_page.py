@@ -70,7 +70,7 @@ def test_commands_and_machine_lines_are_the_ones_the_files_record():
     rounds = _section(page, "router_balance/round7.json")
     assert "--recipe configs/tiny.yaml --steps 200 --seeds 2 --arm NAME=OVERRIDES" in rounds
     assert "| ga16 | 0.07236 | 0.3379 | 6.073 | 0 |" in rounds  # the arms as one table
-    assert "`python benchmarks/attention.py`" in page.split("## Benchmarks without a committed result")[1]
+    assert "`python benchmarks/gpu_fp8.py`" in page.split("## Benchmarks without a committed result")[1]
 
 
 def test_new_files_and_keys_are_rendered_generically_and_a_broken_file_is_named(tmp_path):
