@@ -35,9 +35,9 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from shared.data.atomic import atomic_write_json  # noqa: E402
+from benchmarks.result_file import save_cpu_result  # noqa: E402
 from shared.kernels import causal_attention as ca  # noqa: E402
-from shared.kernels.blas_probe import isa_tag, print_machine_line  # noqa: E402
+from shared.kernels.blas_probe import print_machine_line  # noqa: E402
 
 TOKENS, HEADS = 2048, 4
 # name: (T, q/k width, v width)
@@ -120,9 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
               "shapes": rows, "rounds": rounds, "threads": args.threads, "machine": machine, "quick": args.quick,
               "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
               "command": "benchmarks/cpu_attention.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    out = args.out or (None if args.quick else _HERE / "results" / f"cpu_attention.{isa_tag()}.json")
-    if out is not None:
-        atomic_write_json(out, result)
+    save_cpu_result("cpu_attention", args.out, args.quick, result)
     print(json.dumps(result, ensure_ascii=False))
     return result
 

@@ -34,8 +34,8 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from shared.data.atomic import atomic_write_json  # noqa: E402
-from shared.kernels.blas_probe import isa_tag, print_machine_line  # noqa: E402
+from benchmarks.result_file import save_cpu_result  # noqa: E402
+from shared.kernels.blas_probe import print_machine_line  # noqa: E402
 from shared.kernels.linear_cross_entropy import linear_cross_entropy  # noqa: E402
 
 SHAPES = {"train-step head": (2048, 256, 4096), "larger": (4096, 512, 32000)}
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
               "shapes": rows, "rounds": rounds, "threads": args.threads, "machine": machine, "quick": args.quick,
               "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
               "command": "benchmarks/lm_head_loss.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    out = args.out or (None if args.quick else _HERE / "results" / f"lm_head_loss.{isa_tag()}.json")
-    if out is not None:
-        atomic_write_json(out, result)
+    save_cpu_result("lm_head_loss", args.out, args.quick, result)
     print(json.dumps(result, ensure_ascii=False))
     return result
 

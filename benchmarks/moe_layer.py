@@ -50,16 +50,14 @@ from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
 
+from benchmarks.result_file import save_cpu_result  # noqa: E402
 from shared.config.model import MoEConfig  # noqa: E402
-from shared.data.atomic import atomic_write_json  # noqa: E402
 from shared.kernels import grouped_mm  # noqa: E402
-from shared.kernels.blas_probe import isa_tag, print_blas_calls, print_machine_line  # noqa: E402
+from shared.kernels.blas_probe import print_blas_calls, print_machine_line  # noqa: E402
 from shared.kernels.cpu_gemm import cpu_gemm_setting, use_cpu_gemm  # noqa: E402
 from shared.kernels.dispatch import expert_path  # noqa: E402
 from shared.kernels.expert_threads import use_expert_threads  # noqa: E402
 from shared.model.moe import MoELayer  # noqa: E402
-
-REPO = _HERE.parent
 
 
 def build_ours(d: int, experts: int, hidden: int, top_k: int, shared: int, backend: str) -> MoELayer:
@@ -281,10 +279,8 @@ def main() -> None:
     if args.quick:
         args.tokens, args.d_model, args.experts, args.hidden, args.top_k, args.repeats = 256, 64, 8, 32, 2, 2
     result = gpu_bench(args) if args.gpu else cpu_bench(args)
-    suffix = "gpu" if args.gpu else isa_tag() + (f".t{args.threads}" if args.threads else "")
-    out = args.out or (None if args.quick else REPO / "benchmarks" / "results" / f"moe_layer.{suffix}.json")
-    if out is not None:
-        atomic_write_json(out, result)
+    save_cpu_result("moe_layer", args.out, args.quick, result, threads=0 if args.gpu else args.threads,
+                    tag="gpu" if args.gpu else None)
     print(json.dumps(result))
 
 

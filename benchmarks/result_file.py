@@ -15,16 +15,19 @@ from shared.kernels.blas_probe import isa_tag
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def cpu_result_path(name: str, out: Path | None, quick: bool) -> Path | None:
-    """`out` when given, else `benchmarks/results/<name>.<isa>.json`, or None for a quick run."""
+def cpu_result_path(name: str, out: Path | None, quick: bool, threads: int = 0, tag: str | None = None) -> Path | None:
+    """`out` when given, else `benchmarks/results/<name>.<isa>[.t<threads>].json` (`tag` in place of the
+    ISA, e.g. `gpu`), or None for a quick run."""
     if out is not None:
         return Path(out)
-    return None if quick else RESULTS / f"{name}.{isa_tag()}.json"
+    suffix = (tag or isa_tag()) + (f".t{threads}" if threads else "")
+    return None if quick else RESULTS / f"{name}.{suffix}.json"
 
 
-def save_cpu_result(name: str, out: Path | None, quick: bool, result: dict) -> Path | None:
+def save_cpu_result(name: str, out: Path | None, quick: bool, result: dict, threads: int = 0,
+                    tag: str | None = None) -> Path | None:
     """Write `result` where `cpu_result_path` says (nothing for a quick run); returns the path written."""
-    path = cpu_result_path(name, out, quick)
+    path = cpu_result_path(name, out, quick, threads, tag)
     if path is not None:
         atomic_write_json(path, result)
     return path

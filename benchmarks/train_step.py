@@ -60,8 +60,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from shared.data.atomic import atomic_write_json  # noqa: E402
-from shared.kernels.blas_probe import isa_tag, print_blas_calls, print_machine_line  # noqa: E402
+from benchmarks.result_file import save_cpu_result  # noqa: E402
+from shared.kernels.blas_probe import print_blas_calls, print_machine_line  # noqa: E402
 from shared.kernels.cpu_gemm import use_cpu_gemm  # noqa: E402
 
 REPO = _HERE.parent
@@ -408,10 +408,7 @@ def main() -> None:
           f"same backend (MKL); ours vs torchtitan: {tt} (medians)", flush=True)
     if args.profile:
         profile(built, s, top=15)
-    suffix = isa_tag() + (f".t{args.threads}" if args.threads else "")
-    out = args.out or (None if args.quick else REPO / "benchmarks" / "results" / f"train_step.{suffix}.json")
-    if out is not None:
-        atomic_write_json(out, result)
+    save_cpu_result("train_step", args.out, args.quick, result, threads=args.threads)
     print(json.dumps(result))
 
 

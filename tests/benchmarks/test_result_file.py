@@ -25,3 +25,12 @@ def test_quick_runs_file_nothing_unless_out_is_named(monkeypatch, tmp_path):
     assert json.loads(out.read_text()) == {"ratio": 1.5}
     written = result_file.save_cpu_result("attention", None, False, {"ratio": 2.0})
     assert written.parent == tmp_path and json.loads(written.read_text()) == {"ratio": 2.0}
+
+
+def test_thread_count_and_a_tag_in_place_of_the_isa_name_other_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr(result_file, "RESULTS", tmp_path)
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    assert result_file.cpu_result_path("moe_layer", None, False, threads=1) == tmp_path / "moe_layer.native.t1.json"
+    assert result_file.cpu_result_path("moe_layer", None, False, tag="gpu") == tmp_path / "moe_layer.gpu.json"
