@@ -169,9 +169,11 @@ def _write_jsonl(docs: list[tuple[str, str]], path: Path) -> Path:
 
 
 def ours_e2e(docs: list[tuple[str, str]], work: Path) -> tuple[float, int]:
+    from services.data_filter.filters.language import load_model
     from services.data_filter.pipeline import run
     from shared.config.data import DataConfig
 
+    load_model.cache_clear()  # every run starts cold, as a fresh process would: no token vector of an earlier run kept
     src = _write_jsonl(docs, work / "ours_in.jsonl")
     data = DataConfig.model_validate({"inputs": [{"name": "bench", "kind": "web", "paths": [str(src)]}],
                                       "out_dir": str(work / "ours_out"), "filter": {"workers": 0}})

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from itertools import compress
+from itertools import compress, repeat
 from operator import mul
 
 from services.data_filter import languages
@@ -46,12 +46,17 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return n, chars
 
 
-def top_ngram_chars(words: list[str], n: int, joins: bool = True) -> int:
-    grams = Counter(zip(*(words[i:] for i in range(n)), strict=False))
-    if not grams:
-        return 0
-    gram, count = grams.most_common(1)[0]
-    return (sum(map(len, gram)) + (n - 1 if joins else 0)) * count
+def split_lines(text: str) -> list[str]:
+    """`re.split(r"\\n+", text)` with str.split: empty lines go, a leading or trailing empty piece stays."""
+    parts = text.split("\n")
+    if "\n\n" not in text or len(parts) < 3:
+        return parts
+    return [parts[0], *filter(None, parts[1:-1]), parts[-1]]
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """`re.split(r"\\n{2,}", text)`, with str.split when no run is longer than two newlines."""
+    return text.split("\n\n") if "\n\n\n" not in text else _PARA.split(text)
 
 
 def dup_ngram_chars(words: list[str], n: int, repeated5: list[bool]) -> int:
@@ -88,13 +93,13 @@ class RepetitionFilter(Filter):
         if not size:
             return None
         v = Verdict(self)
-        paras = _PARA.split(text.strip())
+        paras = split_paragraphs(text.strip())
         n_dup, dup_chars = duplicates(paras)
         if n_dup / len(paras) > c.max_dup_para_frac and v.fail("dup_para_frac"):
             return v.result
         if dup_chars / size > c.max_dup_para_char_frac and v.fail("dup_para_char_frac"):
             return v.result
-        lines = _LINES.split(text)
+        lines = split_lines(text)
         n_dup, dup_chars = duplicates(lines)
         if n_dup / len(lines) > c.max_dup_line_frac and v.fail("dup_line_frac"):
             return v.result
@@ -109,10 +114,8 @@ class RepetitionFilter(Filter):
             return v.result
         joins = languages.has_spaces(doc.language)
         top = sorted(c.top_ngram_max_frac.items())
-        if top and not top_ngrams_cannot_fire(words, top, size, joins):
-            for n, frac in top:
-                if len(words) >= n and top_ngram_chars(words, n, joins) / size > frac:
-                    return "top_ngram"
+        if top and top_ngram_fires(words, top, size, joins):
+            return "top_ngram"
         dup = sorted(c.dup_ngram_max_frac.items())
         if dup and len(words) >= 5:
             fives = list(zip(*(words[i:] for i in range(5)), strict=False))
@@ -126,19 +129,33 @@ class RepetitionFilter(Filter):
         return v.result
 
 
-def top_ngrams_cannot_fire(words: list[str], cuts: list[tuple[int, float]], size: int, joins: bool) -> bool:
-    """True when no top n-gram rule can fire, by a bound from word counts alone (one Counter, not one per n).
+def top_ngram_fires(words: list[str], cuts: list[tuple[int, float]], size: int, joins: bool) -> bool:
+    """Whether some top n-gram rule fires, building an n-gram Counter only where a bound cannot exclude it.
 
     An n-gram occurring k times has k <= count(w) for each of its words w, so its characters
     k * (len(w1) + ... + len(wn) + n - 1) are at most n * U + (n - 1) * C, where U is the most
-    characters any one word covers (count x length) and C the highest word count. In prose the
-    bound is a few percent of the text, far under Gopher's 16-20%, so the three n-gram Counters
-    are built only for documents that might fail.
+    characters any one word covers (count x length) and C the highest word count. In prose that
+    bound is a few percent of the text, far under Gopher's 16-20%, so most documents build no
+    n-gram Counter at all. Once the n-gram Counter of some n has given its top count K, every
+    longer n-gram occurs at most K times, which tightens the bound to m * U_K + (m - 1) * K with
+    U_K the most characters a word covers when its count is capped at K.
     """
     counts = Counter(words)
-    most_chars = max(map(mul, counts.values(), map(len, counts)))
-    most_count = max(counts.values())
-    return all((n * most_chars + (n - 1) * most_count * joins) / size <= frac for n, frac in cuts)
+    lengths = list(map(len, counts))
+    cap, most_chars = max(counts.values()), max(map(mul, counts.values(), lengths))
+    for n, frac in cuts:
+        if len(words) < n:
+            continue
+        if (n * most_chars + (n - 1) * cap * joins) / size <= frac:
+            continue  # no n-gram can cover enough characters
+        grams = Counter(zip(*(words[i:] for i in range(n)), strict=False))
+        gram, count = grams.most_common(1)[0]
+        if (sum(map(len, gram)) + (n - 1 if joins else 0)) * count / size > frac:
+            return True
+        if count < cap:
+            cap = count
+            most_chars = max(map(mul, map(min, counts.values(), repeat(cap)), lengths))
+    return False
 
 
 def covered_chars(words: list[str], repeated5: list[bool]) -> int:
