@@ -1,4 +1,4 @@
-"""fastText classification as a bag of cached word vectors: lid.176's predictions, a quarter of the cost.
+"""fastText classification as a bag of cached word vectors: lid.176's predictions at about a third of the cost.
 
 A fastText classifier with word n-grams of length 1 (lid.176 is one) classifies the average of
 its input rows: for every token of the line, the token's own row (when it is in the vocabulary)
