@@ -99,6 +99,11 @@ class LanguageConfig(FilterSettings):
     sample_words: int = Field(
         1000, ge=0, description="Longer documents are identified from this many words spread evenly over them (cost bound); 0 = whole text.",
     )
+    predictor: Literal["cached", "fasttext"] = Field(
+        "cached",
+        description="cached = token vectors computed once per process (fastText's predictions, ~1/3 of its time; "
+        "models with word n-grams > 1 fall back to fastText); fasttext = fasttext-predict on every document.",
+    )
     strip_markup: list[Literal["latex", "code"]] = Field(
         default_factory=list,
         description="Markup taken out before identifying (latex: commands, math, comments; code: doctests, code blocks); [] = whole text.",

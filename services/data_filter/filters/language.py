@@ -103,7 +103,7 @@ class LanguageFilter(Filter):
 
     def __init__(self, cfg: LanguageConfig, chain=None):
         super().__init__(cfg, chain)
-        self.model = load_model(str(cfg.model_path or default_model_path()))
+        self.model = load_model(str(cfg.model_path or default_model_path()), exact_fasttext=cfg.predictor == "fasttext")
         self.keep = frozenset(cfg.languages)
 
     def sample(self, text: str) -> str:

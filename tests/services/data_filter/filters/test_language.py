@@ -34,3 +34,15 @@ def test_language_routes_real_udhr_text_by_configured_languages(lang):
 
 def test_language_default_threshold_is_fineweb_0_65():
     assert LanguageConfig().min_score == 0.65
+
+
+def test_the_cached_predictor_and_fasttext_itself_decide_alike_on_real_text():
+    cached, exact = LanguageFilter(LanguageConfig(languages=["en", "de"])), LanguageFilter(
+        LanguageConfig(languages=["en", "de"], predictor="fasttext"))
+    texts = [realtext.prose_doc(3), *(" ".join(realtext.udhr(lang)[:2]) for lang in ("de", "fr", "es", "ru", "en"))]
+    for text in texts:
+        a, b = doc(text), doc(text)
+        assert cached.check(a) == exact.check(b)
+        assert a.meta["language"] == b.meta["language"]
+        assert abs(a.meta["language_score"] - b.meta["language_score"]) <= 1e-4
+    assert type(cached.model).__name__ == "BagClassifier" and type(exact.model).__name__ == "FastTextPredictor"
