@@ -154,6 +154,11 @@ class Judge(nn.Module):
     def forward_segments(self, x_BSD, mask_BS, probe_BSD, bucket_BS, rep_BS, skip_in_BF) -> torch.Tensor:
         """The Judge on already pooled segments; `skip_in` = [token mean of the layer-L_probe states, doc_stats]
         (training precomputes both once: the backbone is frozen, so they never change)."""
+        skip_BN, correction_BN = self.forward_parts(x_BSD, mask_BS, probe_BSD, bucket_BS, rep_BS, skip_in_BF)
+        return skip_BN + correction_BN
+
+    def forward_parts(self, x_BSD, mask_BS, probe_BSD, bucket_BS, rep_BS, skip_in_BF) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_segments` as its two terms: the linear skip path and the encoder's correction."""
         rep_BS1 = rep_BS.to(x_BSD.dtype).unsqueeze(-1)
         tokens_BSE = self.proj(x_BSD) + self.proj_probe(probe_BSD) + self.position(bucket_BS) + self.proj_rep(rep_BS1)
         keep_BS = mask_BS.bool()
@@ -170,4 +175,4 @@ class Judge(nn.Module):
             scores_BSQ = self.queries(h_BSE).masked_fill(~keep_BS.unsqueeze(-1), float("-inf"))
             pooled_BQE = torch.einsum("bsq,bse->bqe", scores_BSQ.softmax(1), h_BSE)
             readout = torch.cat([readout, pooled_BQE.flatten(1)], 1)
-        return self.skip(skip_in_BF) + self.out(readout)
+        return self.skip(skip_in_BF), self.out(readout)

@@ -51,15 +51,16 @@ def _batches(idx: np.ndarray, bs: int, rng: np.random.Generator | None):
         yield order[i : i + bs]
 
 
-def _forward(head: nn.Module, kind: str, feats: dict, rows: np.ndarray) -> torch.Tensor:
+def _forward(head: nn.Module, kind: str, feats: dict, rows: np.ndarray, parts: bool = False):
     r = torch.as_tensor(rows)
     stats = feats["doc_stats"][r]
     if kind == "probe":
         return head.forward_pooled(feats["pooled"][r], stats)
     x, m, xp, b, rep, skip_mean = (t[r] for t in judge_inputs(feats, head.pool))
     t = int(m.sum(1).max())  # trim the padding this batch does not need
-    return head.forward_segments(x[:, :t].float(), m[:, :t], xp[:, :t].float(), b[:, :t], rep[:, :t].float(),
-                                 torch.cat([skip_mean, stats], 1))
+    forward = head.forward_parts if parts else head.forward_segments  # parts: (skip path, encoder correction)
+    return forward(x[:, :t].float(), m[:, :t], xp[:, :t].float(), b[:, :t], rep[:, :t].float(),
+                   torch.cat([skip_mean, stats], 1))
 
 
 def judge_inputs(feats: dict, pool: int) -> tuple[torch.Tensor, ...]:
@@ -104,18 +105,28 @@ def source_pairs(groups: list[str], degradation: list[str], rows: np.ndarray) ->
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def _pair_loss(head, kind, feats, pairs: np.ndarray, margin: float) -> torch.Tensor:
-    """Hinge on aggregate quality: a degraded copy must score at least `margin` below its source."""
-    q = _forward(head, kind, feats, pairs.reshape(-1)).clamp(0, 1).mean(1).view(-1, 2)
-    return nn.functional.relu(margin - (q[:, 0] - q[:, 1])).mean()
+def _pair_loss(head, kind, feats, pairs: np.ndarray, margin: float, correction_weight: float = 0.0) -> torch.Tensor:
+    """Hinge on aggregate quality: a degraded copy must score at least `margin` below its source.
+
+    With `correction_weight` (Judge only), plus that weight × a hinge at margin 0 on the encoder's
+    correction alone: the correction may leave a pair as the skip path ranks it, but not reverse it.
+    """
+    if kind != "judge" or not correction_weight:
+        q = _forward(head, kind, feats, pairs.reshape(-1)).clamp(0, 1).mean(1).view(-1, 2)
+        return nn.functional.relu(margin - (q[:, 0] - q[:, 1])).mean()
+    skip, correction = _forward(head, kind, feats, pairs.reshape(-1), parts=True)
+    q = (skip + correction).clamp(0, 1).mean(1).view(-1, 2)
+    c = correction.mean(1).view(-1, 2)
+    return nn.functional.relu(margin - (q[:, 0] - q[:, 1])).mean() + correction_weight * nn.functional.relu(c[:, 1] - c[:, 0]).mean()
 
 
 def _objective(head, kind, feats, targets, rows, pairs, hcfg) -> float:
-    """Validation objective: MSE on the rows plus `pair_weight` × the pair hinge on their pairs."""
+    """Validation objective: MSE on the rows plus `pair_weight` × the pair hinge(s) on their pairs."""
     val = float(np.mean((predict(head, kind, feats, rows) - targets[rows]) ** 2))
     if getattr(hcfg, "pair_weight", 0.0) and len(pairs):
         with torch.no_grad():
-            val += hcfg.pair_weight * float(_pair_loss(head.eval(), kind, feats, pairs, hcfg.pair_margin))
+            val += hcfg.pair_weight * float(_pair_loss(head.eval(), kind, feats, pairs, hcfg.pair_margin,
+                                                       getattr(hcfg, "judge_correction_pair_weight", 0.0)))
     return val
 
 
@@ -155,7 +166,8 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
             loss = nn.functional.mse_loss(_forward(head, kind, feats, b), y[torch.as_tensor(b)])
             if use_pairs:
                 drawn = train_pairs[rng.integers(0, len(train_pairs), max(1, len(b) // 2))]
-                loss = loss + hcfg.pair_weight * _pair_loss(head, kind, feats, drawn, hcfg.pair_margin)
+                loss = loss + hcfg.pair_weight * _pair_loss(head, kind, feats, drawn, hcfg.pair_margin,
+                                                            getattr(hcfg, "judge_correction_pair_weight", 0.0))
             opt.zero_grad()
             loss.backward()
             opt.step()

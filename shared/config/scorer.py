@@ -110,6 +110,12 @@ class HeadsConfig(Section):
         "(0 = MSE on the oracle's labels only).",
     )
     pair_margin: float = Field(0.02, ge=0, le=1, description="Margin of that hinge, in aggregate quality (0-1).")
+    judge_correction_pair_weight: float = Field(
+        0.0, ge=0, le=100,
+        description="Weight of a second hinge on the same pairs, on the Judge's encoder correction alone (its output "
+        "minus its linear skip path): the correction must not score a degraded copy above its source. 0 = off; "
+        "measured at 5 with two head seeds, no reliable gain (docs/LOG.md, 2026-12-04).",
+    )
     lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe and of the Judge's linear skip path.")
     judge_lr: float = Field(
         3e-4, gt=0, le=1, description="AdamW learning rate of the Judge's encoder path (lower: it overfits fast)."

@@ -185,3 +185,35 @@ def test_pair_hinge_teaches_the_probe_a_difference_the_tied_labels_do_not():
         return float(np.mean(q[:, 0] > q[:, 1]))
 
     assert accuracy(1.0) >= 0.95 > accuracy(0.0) + 0.2
+
+
+def test_correction_hinge_adds_its_weight_times_the_reversed_corrections_and_nothing_at_weight_0():
+    """The second pair hinge reads the Judge's encoder correction alone (output minus skip path)."""
+    from services.scorer.train import _forward, _pair_loss
+
+    torch.manual_seed(0)
+    judge = Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0, pool=1).eval()
+    torch.nn.init.normal_(judge.out.weight)
+    n = 6
+    feats = {"seqs": [torch.randn(5, 8).half() for _ in range(n)], "probe_seqs": [torch.randn(5, 8).half() for _ in range(n)],
+             "buckets": [torch.tensor([0, 1, 2, 3, 8], dtype=torch.uint8)] * n,
+             "repeated": [torch.zeros(5, dtype=torch.uint8)] * n, "pooled": torch.zeros(n, 8),
+             "doc_stats": torch.randn(n, DOC_STATS)}
+    pairs = np.array([[0, 1], [2, 3], [4, 5]])
+    rows = pairs.reshape(-1)
+    with torch.no_grad():
+        skip, correction = _forward(judge, "judge", feats, rows, parts=True)
+        torch.testing.assert_close(skip + correction, _forward(judge, "judge", feats, rows))
+        c = correction.mean(1).view(-1, 2)
+        reversed_part = torch.relu(c[:, 1] - c[:, 0]).mean()
+        assert reversed_part > 0  # random weights reverse at least one of the three pairs
+        base = _pair_loss(judge, "judge", feats, pairs, 0.02)
+        torch.testing.assert_close(_pair_loss(judge, "judge", feats, pairs, 0.02, 0.0), base)
+        torch.testing.assert_close(_pair_loss(judge, "judge", feats, pairs, 0.02, 5.0), base + 5.0 * reversed_part)
+        # the Probe has no correction: the weight does not apply to it
+        probe_feats = {"pooled": torch.randn(n, 8), "doc_stats": torch.randn(n, DOC_STATS)}
+        from services.scorer.heads import Probe
+
+        probe = Probe(8, 2).eval()
+        torch.testing.assert_close(_pair_loss(probe, "probe", probe_feats, pairs, 0.02, 5.0),
+                                   _pair_loss(probe, "probe", probe_feats, pairs, 0.02))
