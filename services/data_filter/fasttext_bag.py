@@ -51,17 +51,25 @@ class _Reader:
         self.data, self.pos = data, 0
 
     def take(self, fmt: str) -> tuple:
-        values = struct.unpack_from("<" + fmt, self.data, self.pos)
+        try:
+            values = struct.unpack_from("<" + fmt, self.data, self.pos)
+        except struct.error as err:
+            raise ValueError(f"the file ends inside the model ({err})") from err
         self.pos += struct.calcsize("<" + fmt)
         return values
 
     def array(self, dtype: str, count: int) -> np.ndarray:
-        out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.pos)
+        try:
+            out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.pos)
+        except ValueError as err:
+            raise ValueError(f"the file ends inside the model ({err})") from err
         self.pos += out.nbytes
         return out
 
     def cstring(self) -> bytes:
-        end = self.data.index(b"\0", self.pos)
+        end = self.data.find(b"\0", self.pos)
+        if end < 0:
+            raise ValueError("the file ends inside the model's dictionary")
         value = self.data[self.pos : end]
         self.pos = end + 1
         return value
@@ -111,10 +119,18 @@ class BagClassifier:
     """A fastText supervised model read from its `.bin`/`.ftz` file, predicting from cached token vectors."""
 
     def __init__(self, path: str | Path, cache_tokens: int = 200_000):
-        r = _Reader(Path(path).read_bytes())
+        try:
+            self._load(_Reader(Path(path).read_bytes()))
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from err
+        self.cache_tokens = cache_tokens
+        self._clear_cache()
+        self.cache_clears = 0
+
+    def _load(self, r: _Reader) -> None:
         magic, version = r.take("ii")
         if magic != _MAGIC or version != _VERSION:
-            raise ValueError(f"{path}: not a fastText model file of format version {_VERSION}")
+            raise ValueError(f"not a fastText model file of format version {_VERSION}")
         (self.dim, _ws, _epoch, _min_count, _neg, self.word_ngrams, self.loss, _model, self.bucket,
          self.minn, self.maxn, _lr_update) = r.take("12i")
         r.take("d")
@@ -139,14 +155,11 @@ class BagClassifier:
         (quant_output,) = r.take("?")
         self.output = _matrix(r, quant_output)
         if r.pos != len(r.data):
-            raise ValueError(f"{path}: {len(r.data) - r.pos} bytes left after the model; not a fastText model")
+            raise ValueError(f"{len(r.data) - r.pos} bytes left after the model; not a fastText model")
         if nlabels != len(self.labels) or self.output.shape[0] != nlabels:
-            raise ValueError(f"{path}: {nlabels} labels in the dictionary, {self.output.shape[0]} output rows")
+            raise ValueError(f"{nlabels} labels in the dictionary, {self.output.shape[0]} output rows")
         if self.loss == _LOSS_HS:
             self._build_tree(label_counts)
-        self.cache_tokens = cache_tokens
-        self._clear_cache()
-        self.cache_clears = 0
 
     # the model's structure -------------------------------------------------------------------
 

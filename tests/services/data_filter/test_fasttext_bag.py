@@ -138,3 +138,7 @@ def test_a_file_that_is_not_a_fasttext_model_is_refused_with_its_name(tmp_path):
     bad.write_bytes(b"not a model at all")
     with pytest.raises(ValueError, match="model.bin"):
         load_model(str(bad))
+    cut = tmp_path / "cut.ftz"
+    cut.write_bytes(default_model_path().read_bytes()[:50_000])  # a download that stopped half-way
+    with pytest.raises(ValueError, match="cut.ftz.*ends inside the model"):
+        load_model(str(cut))
