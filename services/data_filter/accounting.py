@@ -55,6 +55,11 @@ class StageStats:
 LAYOUT_FLAG = "layout_flag"
 
 
+def utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8, without encoding an ASCII text (CPython knows that without a scan)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
+
+
 class Chain:
     """Runs filters in order on one document, recording who removed it and why.
 
@@ -71,7 +76,7 @@ class Chain:
         """None when every filter keeps `doc`; otherwise (filter name, reason) of the first removal."""
         clock = time.perf_counter
         text = doc.text
-        size = len(text.encode("utf-8"))
+        size = utf8_size(text)
         for f, st in zip(self.filters, self.stats, strict=True):
             st.docs_in += 1
             st.bytes_in += size
@@ -91,7 +96,7 @@ class Chain:
                 return f.name, reason
             if doc.text is not text:  # a rewriting filter (normalise, C4) changed the text
                 text = doc.text
-                size = len(text.encode("utf-8"))
+                size = utf8_size(text)
             st.kept += 1
             st.bytes_kept += size
         return None

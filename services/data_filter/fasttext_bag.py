@@ -146,12 +146,15 @@ class BagClassifier:
                 label_counts.append(count)
         self.labels = [w.removeprefix(_LABEL) for w in words[self.nwords :]]
         self.word_ids = {w: i for i, w in enumerate(words[: self.nwords])}
-        self.prune: dict[int, int] | None = None
-        if prune_size >= 0:
-            pairs = r.array("<i4", 2 * prune_size).reshape(-1, 2)
-            self.prune = dict(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
+        # a quantized model keeps some n-gram buckets: bucket -> its row, as a table over all buckets (-1: pruned)
+        self._pruned_row: np.ndarray | None = None
+        pairs = r.array("<i4", 2 * prune_size).reshape(-1, 2) if prune_size >= 0 else None
         (quant_input,) = r.take("?")
         self.input = _matrix(r, quant_input)
+        if pairs is not None:
+            self._pruned_row = np.full(self.bucket, -1, dtype=np.int32)
+            keep = (pairs[:, 0] >= 0) & (pairs[:, 0] < self.bucket)
+            self._pruned_row[pairs[keep, 0]] = pairs[keep, 1]
         (quant_output,) = r.take("?")
         self.output = _matrix(r, quant_output)
         if r.pos != len(r.data):
@@ -197,49 +200,82 @@ class BagClassifier:
         # leaf scores gather from [log(1 - p + 1e-5) of every inner node, log(p + 1e-5) of every inner node]
         self._path_terms = np.asarray(rows, dtype=np.intp) + (n - 1) * np.asarray(dirs, dtype=np.intp)
         self._path_starts = np.asarray(starts, dtype=np.intp)
-        self._inner = self.output[: n - 1].astype(np.float64)
+        inner = self.output[: n - 1].astype(np.float64)
+        # one product gives both branches: exp(-x) over [-inner; inner] h is 1 / (1 - p) - 1 and 1 / p - 1
+        self._branches = np.concatenate((inner, -inner))
 
     # token vectors ----------------------------------------------------------------------------
 
     def _clear_cache(self) -> None:
         self._slot: dict[str, int] = {}
-        self._grams: dict[str, int] = {}
         # per cached token: the sum of its input rows, then how many rows it has (one gather per document)
         self._sums = np.zeros((min(self.cache_tokens, 4096) + 1, self.dim + 1), dtype=np.float64)
 
-    def token_rows(self, token: str) -> list[int]:
-        """The input rows fastText adds for one token: its word row if known, then its character n-grams.
+    def token_rows(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, owner): the input rows fastText adds for each token, and the index of the token each belongs to.
 
-        The rows are summed, so their order (fastText's is by start position) does not matter;
-        each distinct n-gram is hashed once per cache lifetime (`_gram_row`).
+        A token's rows are its word row when it is in the vocabulary, then its character n-grams'
+        (none for a label, none for a known end-of-line token); their order does not matter, they are summed.
         """
-        if token.startswith(_LABEL):
-            return []
-        rows = []
-        wid = self.word_ids.get(token)
-        if wid is not None:
-            rows.append(wid)
-            if token == _EOS:
-                return rows
-        if self.maxn <= 0:
-            return rows
-        wrapped = "<" + token + ">"
-        size = len(wrapped)
-        grams = [wrapped[i : i + n] for n in range(max(self.minn, 2), self.maxn + 1) for i in range(size - n + 1)]
-        if self.minn <= 1:  # single characters, but not the boundary markers alone
-            grams += list(wrapped[1:-1])
-        known, compute = self._grams, self._gram_row
-        rows += [r for r in (known[g] if g in known else compute(g) for g in grams) if r >= 0]
-        return rows
+        rows, owner, gram_tokens, gram_owner = [], [], [], []
+        for i, token in enumerate(tokens):
+            if token.startswith(_LABEL):
+                continue
+            wid = self.word_ids.get(token)
+            if wid is not None:
+                rows.append(wid)
+                owner.append(i)
+                if token == _EOS:
+                    continue
+            if self.maxn > 0:
+                gram_tokens.append(token)
+                gram_owner.append(i)
+        grams, of = self._gram_rows(gram_tokens)
+        return (np.concatenate((np.asarray(rows, dtype=np.int64), grams)),
+                np.concatenate((np.asarray(owner, dtype=np.int64), np.asarray(gram_owner, dtype=np.int64)[of])))
 
-    def _gram_row(self, gram: str) -> int:
-        """The input row of one character n-gram (-1 when a quantized model pruned it), remembered."""
-        row = fnv1a(gram.encode("utf-8", errors="surrogatepass")) % self.bucket
-        if self.prune is not None:
-            row = self.prune.get(row, -1)
-        row = self.nwords + row if row >= 0 else -1
-        self._grams[gram] = row
-        return row
+    def _gram_rows(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, owner) of the character n-grams of `<token>` for every token, in one numpy pass.
+
+        n-grams are taken over code points (UTF-8 sequences, as fastText steps over continuation
+        bytes), single characters only inside the markers, each hashed with FNV-1a over its bytes
+        sign-extended (`fnv1a`, the scalar reference) modulo `bucket`; a quantized model's pruned
+        n-grams have no row and are left out.
+        """
+        if not tokens:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        wrapped = ["<" + t + ">" for t in tokens]
+        data = np.frombuffer("".join(wrapped).encode("utf-8", errors="surrogatepass"), dtype=np.uint8)
+        bounds = np.append(np.flatnonzero((data & 0xC0) != 0x80), len(data))  # character c is bounds[c]:bounds[c + 1]
+        chars = np.fromiter(map(len, wrapped), dtype=np.int64, count=len(wrapped))
+        first_char = np.cumsum(chars) - chars
+        starts, lengths, owner = [], [], []
+        for n in range(max(self.minn, 1), self.maxn + 1):
+            skip = 1 if n == 1 else 0  # a single character, but not the boundary markers alone
+            per_token = np.maximum(chars - n + 1 - 2 * skip, 0)
+            total = int(per_token.sum())
+            if not total:
+                continue
+            token_of = np.repeat(np.arange(len(tokens)), per_token)
+            offset = np.arange(total) - np.repeat(np.cumsum(per_token) - per_token, per_token)
+            c = first_char[token_of] + skip + offset
+            starts.append(bounds[c])
+            lengths.append(bounds[c + n] - bounds[c])
+            owner.append(token_of)
+        if not starts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        start, length, owner_of = np.concatenate(starts), np.concatenate(lengths), np.concatenate(owner)
+        h = np.full(len(start), 2166136261, dtype=np.uint32)
+        last = len(data) - 1
+        for k in range(int(length.max())):
+            byte = data[np.minimum(start + k, last)].astype(np.uint32)
+            byte |= np.where(byte >= 0x80, np.uint32(0xFFFFFF00), np.uint32(0))
+            h = np.where(length > k, (h ^ byte) * np.uint32(16777619), h)
+        row = h.astype(np.int64) % self.bucket
+        if self._pruned_row is not None:
+            row = self._pruned_row[row].astype(np.int64)
+        keep = row >= 0
+        return self.nwords + row[keep], owner_of[keep]
 
     def _slots(self, tokens: list[str]) -> np.ndarray:
         """Cache slots of a document's tokens, computing the missing ones (the cache is cleared when full)."""
@@ -261,33 +297,34 @@ class BagClassifier:
         if need > self._sums.shape[0]:
             grow = max(need, min(2 * self._sums.shape[0], self.cache_tokens + 1))  # one document may overfill it
             self._sums = np.resize(self._sums, (grow, self.dim + 1))
-        rows, starts, counts = [], [], []
-        for token in tokens:
-            token_rows = self.token_rows(token)
-            starts.append(len(rows))
-            counts.append(len(token_rows))
-            rows.extend(token_rows)
+        rows, owner = self.token_rows(tokens)
+        counts = np.bincount(owner, minlength=len(tokens))
+        stacked = np.zeros((len(rows) + 1, self.dim), dtype=np.float64)  # a zero row closes the last segment
+        stacked[:-1] = self.input[rows[np.argsort(owner, kind="stable")]]
+        sums = np.add.reduceat(stacked, np.cumsum(counts) - counts)
         block = self._sums[first:need]
         block[:, -1] = counts
-        stacked = np.zeros((len(rows) + 1, self.dim), dtype=np.float64)  # a zero row closes the last segment
-        stacked[:-1] = self.input[rows]
-        sums = np.add.reduceat(stacked, starts)
         block[:, :-1] = np.where(block[:, -1:] > 0, sums, 0.0)  # reduceat gives a row, not 0, for an empty token
         self._slot.update(zip(tokens, range(first, need), strict=True))
 
     # prediction -------------------------------------------------------------------------------
 
-    def hidden(self, text: str) -> np.ndarray | None:
+    def hidden(self, text: str, words: list[str] | None = None) -> np.ndarray | None:
         """The average input row of the text read as one line (None when it has no row at all).
 
         fastText predicts one line at a time, so callers replace newlines by spaces; splitting on
-        them here gives the same tokens without that copy of the text.
+        them here gives the same tokens without that copy of the text. `words`, when the caller
+        has it, is `text.split()`: it is fastText's tokens unless the text holds a character one
+        splits on and the other does not.
         """
         if text.isascii():
             odd = "\x1c" in text or "\x1d" in text or "\x1e" in text or "\x1f" in text or "\0" in text
         else:
             odd = _PY_ONLY_SPACE.search(text) is not None
-        tokens = list(filter(None, _FASTTEXT_SPACE.split(text))) if odd else text.split()
+        if odd:
+            tokens = list(filter(None, _FASTTEXT_SPACE.split(text)))
+        else:
+            tokens = text.split() if words is None else words.copy()
         tokens.append(_EOS)  # fastText reads the line's end as one more token
         slots = self._slots(tokens)  # before reading self._sums: filling the cache may grow it
         total = self._sums[slots].sum(axis=0)
@@ -295,9 +332,9 @@ class BagClassifier:
             return None
         return total[:-1] / total[-1]
 
-    def log_probs(self, text: str) -> np.ndarray | None:
+    def log_probs(self, text: str, words: list[str] | None = None) -> np.ndarray | None:
         """Every label's log-probability as fastText scores it (each term log(p + 1e-5))."""
-        h = self.hidden(text)
+        h = self.hidden(text, words)
         if h is None:
             return None
         if self.loss == _LOSS_SOFTMAX:
@@ -306,13 +343,17 @@ class BagClassifier:
             return np.log(e / e.sum() + 1e-5)
         if not self._path_terms.size:  # one label: the tree is a single leaf
             return np.zeros(1)
-        p = 1.0 / (1.0 + np.exp(-(self._inner @ h)))
-        terms = np.log(np.concatenate((1.0 - p, p)) + 1e-5)
+        branch = np.exp(self._branches @ h)  # [(1 - p) / p, p / (1 - p)] per inner node, p = sigmoid(inner . h)
+        branch += 1.0
+        terms = np.log(np.reciprocal(branch, out=branch) + 1e-5)  # [log(1 - p + 1e-5), log(p + 1e-5)]
         return np.add.reduceat(terms[self._path_terms], self._path_starts)
 
-    def predict(self, text: str, k: int = 1) -> list[tuple[str, float]]:
-        """The k most probable labels with their probabilities, best first, as fastText's predict gives them."""
-        scores = self.log_probs(text)
+    def predict(self, text: str, k: int = 1, words: list[str] | None = None) -> list[tuple[str, float]]:
+        """The k most probable labels with their probabilities, best first, as fastText's predict gives them.
+
+        `words` is `text.split()` when the caller already has it (see `hidden`).
+        """
+        scores = self.log_probs(text, words)
         if scores is None:
             return []
         if k == 1:

@@ -79,6 +79,11 @@ def words(text: str, language: str | None) -> list[str]:
     return text.split()
 
 
+def splits_on_spaces(language: str | None) -> bool:
+    """Whether `words(text, language)` is `text.split()`."""
+    return language not in HAN_UNITS and language not in CLASS_RUN_UNITS
+
+
 def has_spaces(language: str | None) -> bool:
     return language not in NO_SPACES
 

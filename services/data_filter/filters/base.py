@@ -73,6 +73,7 @@ class Doc:
     _words: list[str] | None = field(default=None, repr=False)
     _words_of: tuple[str, str | None] | None = field(default=None, repr=False)
     _prose: tuple[str, str, list[str] | None, str | None] | None = field(default=None, repr=False)
+    _split: tuple[str, list[str]] | None = field(default=None, repr=False)
 
     @property
     def language(self) -> str | None:
@@ -83,9 +84,20 @@ class Doc:
         """Word units of the current text for its language, cached until the text or language changes."""
         lang = self.meta.get("language")
         if self._words is None or self._words_of is None or self._words_of[0] is not self.text or self._words_of[1] != lang:
-            self._words = languages.words(self.text, lang)
+            self._words = self._split_of(self.text, lang)
             self._words_of = (self.text, lang)
         return self._words
+
+    def _split_of(self, text: str, lang: str | None) -> list[str]:
+        """`languages.words(text, lang)`, through `split` where the language's word units are the whitespace split."""
+        return self.split(text) if languages.splits_on_spaces(lang) else languages.words(text, lang)
+
+    def split(self, text: str) -> list[str]:
+        """`text.split()` of the document's text or prose view, remembered: the length rule, language ID
+        and the word rules of most languages all start from it."""
+        if self._split is None or self._split[0] is not text:
+            self._split = (text, text.split())
+        return self._split[1]
 
     def prose(self) -> str:
         """The text prose rules judge: the text itself, or its prose view when markup was named (cached)."""
@@ -102,7 +114,7 @@ class Doc:
         view, lang = self.prose(), self.meta.get("language")
         text, _, words, words_lang = self._prose
         if words is None or words_lang != lang:
-            words = languages.words(view, lang)
+            words = self._split_of(view, lang)
             self._prose = (text, view, words, lang)
         return words
 

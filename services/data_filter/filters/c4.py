@@ -63,16 +63,17 @@ class C4Filter(Filter):
         v = Verdict(self)
         kept: list[str] = []
         sentences = 0
+        longest, least = c.max_word_length, c.min_words_per_line
         for raw in doc.text.splitlines():
-            line = raw.strip()
-            words = line.split()
-            if words and max(map(len, words)) > c.max_word_length:
+            line = stripped = raw.strip()
+            if len(line) > longest and max(map(len, line.split())) > longest:  # no shorter line holds a longer word
                 continue
             if "[" in line:
                 line = _CITATION.sub("", line)
             if c.drop_no_terminal_punct and (not line.endswith(_END) or line.endswith("...")):
                 continue
-            if count_words and len(words if spaced else languages.words(line, lang)) < c.min_words_per_line:
+            # words are counted before citation marks go; splitting stops once there are enough
+            if count_words and len(stripped.split(None, least) if spaced else languages.words(line, lang)) < least:
                 continue
             low = line.lower()
             if c.drop_lorem_ipsum and "lorem ipsum" in low:

@@ -62,7 +62,8 @@ class FastTextPredictor:
 
         self.model = fasttext.load_model(path)
 
-    def predict(self, text: str, k: int = 1) -> list[tuple[str, float]]:
+    def predict(self, text: str, k: int = 1, words: list[str] | None = None) -> list[tuple[str, float]]:
+        """fastText's top k; `words` (the text's split, which the cached predictor reuses) is not needed here."""
         labels, scores = self.model.predict(text.replace("\n", " "), k=k)  # it refuses a newline
         return [(lab.removeprefix("__label__"), float(s)) for lab, s in zip(labels, scores, strict=True)]
 
@@ -91,8 +92,8 @@ def predict(model, text: str) -> tuple[str, float]:
     return top[0] if top else ("unknown", 0.0)
 
 
-def predict_top(model, text: str, k: int = 5) -> list[tuple[str, float]]:
-    return model.predict(text, k=k)
+def predict_top(model, text: str, k: int = 5, words: list[str] | None = None) -> list[tuple[str, float]]:
+    return model.predict(text, k=k, words=words)
 
 
 class LanguageFilter(Filter):
@@ -106,13 +107,10 @@ class LanguageFilter(Filter):
         self.model = load_model(str(cfg.model_path or default_model_path()), exact_fasttext=cfg.predictor == "fasttext")
         self.keep = frozenset(cfg.languages)
 
-    def sample(self, text: str) -> str:
-        """The text fastText sees: all of it, or `sample_words` words at an even stride over a long document."""
+    def sample(self, text: str, words: list[str]) -> str:
+        """The text fastText sees: all of it, or `sample_words` of its `words` at an even stride over a long document."""
         n = self.cfg.sample_words
-        if not n or len(text) <= 6 * n:  # cheap test first: too short to hold more than n words
-            return text
-        words = text.split()
-        if len(words) <= n:
+        if not n or len(words) <= n:
             return text
         return " ".join(words[:: -(-len(words) // n)])
 
@@ -120,7 +118,9 @@ class LanguageFilter(Filter):
         if self.cfg.strip_markup:
             doc.markup = tuple(self.cfg.strip_markup)
         text = doc.prose()
-        top = predict_top(self.model, self.sample(text), k=1 if len(self.keep) == 1 else 5)
+        words = doc.split(text)
+        seen = self.sample(text, words)
+        top = predict_top(self.model, seen, k=1 if len(self.keep) == 1 else 5, words=words if seen is text else None)
         if not top:
             doc.meta["language"], doc.meta["language_score"] = "unknown", 0.0
             return "language_not_kept"

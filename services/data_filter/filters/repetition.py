@@ -15,14 +15,19 @@ segmenter exists (Thai and similar scripts) the n-gram rules are skipped and cou
 line and paragraph rules still apply. Without spaces, a unit n-gram's characters exclude joins.
 Speed: an n-gram (n >= 5) can only repeat where its leading 5-gram repeats, so positions whose
 5-gram is unique are skipped without building the n-gram; the result is exactly the greedy count.
+Which 5-grams repeat is found in numpy on word ids (a word's id is its first position), each
+5-gram hashed to 64 bits: equal 5-grams always hash alike, so no repeat is missed, and a collision
+only marks a position for the exact tuple comparison that follows; word counts for the top-n-gram
+bound come from the same ids.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from itertools import compress, repeat
-from operator import mul
+from itertools import compress, count
+
+import numpy as np
 
 from services.data_filter import languages
 from services.data_filter.filters.base import Doc, Filter, Verdict
@@ -31,6 +36,7 @@ from shared.config.filters import RepetitionConfig
 _PARA = re.compile(r"\n{2,}")
 _LINES = re.compile(r"\n+")
 _FIVE = [True] * 5
+_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def duplicates(items: list[str]) -> tuple[int, int]:
@@ -57,6 +63,35 @@ def split_lines(text: str) -> list[str]:
 def split_paragraphs(text: str) -> list[str]:
     """`re.split(r"\\n{2,}", text)`, with str.split when no run is longer than two newlines."""
     return text.split("\n\n") if "\n\n\n" not in text else _PARA.split(text)
+
+
+def word_ids(words: list[str]) -> np.ndarray:
+    """Each word's first position in `words`: equal words get equal ids, in one pass of dict lookups."""
+    first: dict[str, int] = {}
+    return np.fromiter(map(first.setdefault, words, count()), dtype=np.uint64, count=len(words))
+
+
+def repeated_fives(ids: np.ndarray) -> np.ndarray | None:
+    """For each 5-gram position, whether its 5-gram (of word ids) may occur twice; None when none can.
+
+    A 5-gram is hashed to 64 bits: every true repeat is marked, a hash collision marks more.
+    """
+    m = len(ids) - 4
+    with np.errstate(over="ignore"):
+        h = ids[:m] * _MIX
+        for j in range(1, 5):
+            h ^= h >> np.uint64(29)
+            h ^= ids[j : j + m]
+            h *= _MIX
+    ordered = np.sort(h)
+    if not (ordered[1:] == ordered[:-1]).any():  # the common case: every 5-gram distinct
+        return None
+    order = np.argsort(h)
+    same = h[order[1:]] == h[order[:-1]]
+    marked = np.zeros(m, dtype=bool)
+    marked[order[1:][same]] = True
+    marked[order[:-1][same]] = True
+    return marked
 
 
 def dup_ngram_chars(words: list[str], n: int, repeated5: list[bool]) -> int:
@@ -114,14 +149,14 @@ class RepetitionFilter(Filter):
             return v.result
         joins = languages.has_spaces(doc.language)
         top = sorted(c.top_ngram_max_frac.items())
-        if top and top_ngram_fires(words, top, size, joins):
-            return "top_ngram"
         dup = sorted(c.dup_ngram_max_frac.items())
+        ids = word_ids(words) if (top or dup) and words else None
+        if top and ids is not None and top_ngram_fires(words, ids, top, size, joins):
+            return "top_ngram"
         if dup and len(words) >= 5:
-            fives = list(zip(*(words[i:] for i in range(5)), strict=False))
-            counts = Counter(fives)
-            if len(counts) < len(fives):  # some 5-gram repeats; otherwise no n >= 5 gram can
-                repeated5 = [counts[g] > 1 for g in fives]
+            marked = repeated_fives(ids)
+            if marked is not None:  # some 5-gram may repeat; otherwise no n >= 5 gram can
+                repeated5 = marked.tolist()
                 if covered_chars(words, repeated5) / size > min(f for _, f in dup):  # else no n can reach its cut
                     for n, frac in dup:
                         if dup_ngram_chars(words, n, repeated5) / size > frac:
@@ -129,7 +164,7 @@ class RepetitionFilter(Filter):
         return v.result
 
 
-def top_ngram_fires(words: list[str], cuts: list[tuple[int, float]], size: int, joins: bool) -> bool:
+def top_ngram_fires(words: list[str], ids: np.ndarray, cuts: list[tuple[int, float]], size: int, joins: bool) -> bool:
     """Whether some top n-gram rule fires, building an n-gram Counter only where a bound cannot exclude it.
 
     An n-gram occurring k times has k <= count(w) for each of its words w, so its characters
@@ -138,23 +173,23 @@ def top_ngram_fires(words: list[str], cuts: list[tuple[int, float]], size: int, 
     bound is a few percent of the text, far under Gopher's 16-20%, so most documents build no
     n-gram Counter at all. Once the n-gram Counter of some n has given its top count K, every
     longer n-gram occurs at most K times, which tightens the bound to m * U_K + (m - 1) * K with
-    U_K the most characters a word covers when its count is capped at K.
+    U_K the most characters a word covers when its count is capped at K. `ids` are `word_ids(words)`:
+    a word's count sits at its first position, every other position counts 0.
     """
-    counts = Counter(words)
-    lengths = list(map(len, counts))
-    cap, most_chars = max(counts.values()), max(map(mul, counts.values(), lengths))
+    counts = np.bincount(ids.view(np.int64), minlength=len(words))
+    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    cap, most_chars = int(counts.max()), int((counts * lengths).max())
     for n, frac in cuts:
         if len(words) < n:
             continue
         if (n * most_chars + (n - 1) * cap * joins) / size <= frac:
             continue  # no n-gram can cover enough characters
-        grams = Counter(zip(*(words[i:] for i in range(n)), strict=False))
-        gram, count = grams.most_common(1)[0]
-        if (sum(map(len, gram)) + (n - 1 if joins else 0)) * count / size > frac:
+        gram, top_count = Counter(zip(*(words[i:] for i in range(n)), strict=False)).most_common(1)[0]
+        if (sum(map(len, gram)) + (n - 1 if joins else 0)) * top_count / size > frac:
             return True
-        if count < cap:
-            cap = count
-            most_chars = max(map(mul, map(min, counts.values(), repeat(cap)), lengths))
+        if top_count < cap:
+            cap = top_count
+            most_chars = int((np.minimum(counts, cap) * lengths).max())
     return False
 
 

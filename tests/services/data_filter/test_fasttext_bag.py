@@ -94,10 +94,10 @@ def test_fnv1a_is_the_published_hash_on_ascii_and_sign_extends_other_bytes():
     # which reading is fastText's is settled by the n-grams of non-Latin text above matching its predictions
 
 
-def write_model(path: Path, *, loss: int, word_ngrams: int = 1, seed: int = 0) -> Path:
+def write_model(path: Path, *, loss: int, word_ngrams: int = 1, seed: int = 0, minn: int = 2, maxn: int = 3) -> Path:
     """A small supervised fastText model file (format 12, dense matrices, no pruning)."""
     rng = np.random.default_rng(seed)
-    dim, bucket, minn, maxn = 6, 997, 2, 3
+    dim, bucket = 6, 997
     words = ["</s>", "the", "der", "und", "and", "of", "la"]
     labels = ["__label__en", "__label__de", "__label__es", "__label__fr"]
     counts = [100, 90, 80, 70, 60, 50, 40]
@@ -117,14 +117,39 @@ def write_model(path: Path, *, loss: int, word_ngrams: int = 1, seed: int = 0) -
     return path
 
 
+@pytest.mark.parametrize(("minn", "maxn"), [(2, 3), (1, 5)])
 @pytest.mark.parametrize(("loss", "name"), [(3, "softmax"), (1, "hierarchical softmax")])
-def test_dense_unpruned_models_match_fasttext(tmp_path, loss, name):
-    path = str(write_model(tmp_path / f"m{loss}.bin", loss=loss))
+def test_dense_unpruned_models_match_fasttext(tmp_path, loss, name, minn, maxn):
+    path = str(write_model(tmp_path / f"m{loss}.bin", loss=loss, minn=minn, maxn=maxn))
     bag, fast = BagClassifier(path), FastTextPredictor(path)
     assert bag.supports, name
     texts = EDGES + ["the der und and of la", "the the the", "unknown words only here", "und der la of"]
     for k in (1, 2, 4):
         assert_same(bag, fast, texts, k)
+
+
+def test_batched_ngram_rows_are_the_scalar_hash_of_every_ngram(lid176):
+    """The numpy n-gram pass against fastText's loop written out with `fnv1a`, token by token (pruning included)."""
+    bag, _ = lid176
+
+    def scalar(token: str, minn: int, maxn: int) -> list[int]:
+        w = "<" + token + ">"
+        grams = [w[i : i + n] for n in range(max(minn, 1), maxn + 1) for i in range(len(w) - n + 1)
+                 if not (n == 1 and (i == 0 or i == len(w) - 1))]
+        rows = [fnv1a(g.encode("utf-8", "surrogatepass")) % bag.bucket for g in grams]
+        return sorted(bag.nwords + int(bag._pruned_row[r]) for r in rows if bag._pruned_row[r] >= 0)
+
+    tokens = ["a", "", "the", "naïve", "这是一个中文句子", "🙂🙂", "e\u0301", "x\ud800y", "Привет,", "12345", "__x__"]
+    tokens += [w for t in demo_texts(5) for w in t.split()[:30]]
+    model_minn, model_maxn = bag.minn, bag.maxn
+    for minn, maxn in ((model_minn, model_maxn), (1, 5), (3, 3)):
+        bag.minn, bag.maxn = minn, maxn
+        try:
+            rows, owner = bag._gram_rows(tokens)
+        finally:
+            bag.minn, bag.maxn = model_minn, model_maxn
+        for i, token in enumerate(tokens):
+            assert sorted(rows[owner == i].tolist()) == scalar(token, minn, maxn), (token, minn, maxn)
 
 
 def test_a_word_ngram_model_is_left_to_fasttext(tmp_path):

@@ -34,12 +34,16 @@ def test_normalize_drops_a_document_that_is_only_controls():
 
 
 def test_collapse_spaces_equals_the_regex_on_every_white_space_character():
-    """The str.replace path and the regex path give what one substitution over every run gives."""
+    """The fast path (ASCII or not) and the regex path give what one substitution over every run gives."""
     spaces = [c for c in map(chr, range(0x3001)) if c.isspace()]
     assert len(spaces) == 29  # Python's white space below U+3001, U+3000 included
     rng = random.Random(0)
     alphabet = spaces + list("ab \t\n") * 3
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert collapse_spaces(text) == _HSPACE.sub(" ", text), repr(text)
+    ascii_alphabet = [c for c in spaces if c.isascii()] + list("ab  \t\n") * 2
+    for _ in range(5000):
+        text = "".join(rng.choice(ascii_alphabet) for _ in range(rng.randint(0, 30)))
         assert collapse_spaces(text) == _HSPACE.sub(" ", text), repr(text)
     assert collapse_spaces("a" + " " * 9 + "b\t\t c") == "a b c"

@@ -77,3 +77,48 @@ def test_real_prose_passes_all_default_prose_rules():
     d = doc(realtext.prose_doc(6, start=10))
     for f in (RepetitionFilter(RepetitionConfig()), GopherQualityFilter(GopherQualityConfig())):
         assert f.check(d) is None, f.name
+
+
+def reference_ngram_verdict(words: list[str], size: int, cfg: RepetitionConfig) -> str | None:
+    """Gopher's n-gram rules written out plainly: an n-gram Counter per n, the greedy scan over every position."""
+    from collections import Counter
+
+    for n, frac in sorted(cfg.top_ngram_max_frac.items()):
+        if len(words) >= n:
+            gram, count = Counter(zip(*(words[i:] for i in range(n)), strict=False)).most_common(1)[0]
+            if (sum(map(len, gram)) + n - 1) * count / size > frac:
+                return "top_ngram"
+    for n, frac in sorted(cfg.dup_ngram_max_frac.items()):
+        grams = list(zip(*(words[i:] for i in range(n)), strict=False))
+        met: set[tuple[str, ...]] = set()
+        covered, at = 0, 0
+        while at < len(grams):  # a repeat is counted and jumped over; anything else is remembered
+            step = n if grams[at] in met else 1
+            covered += sum(map(len, grams[at])) if step == n else 0
+            met.add(grams[at])
+            at += step
+        if covered / size > frac:
+            return "dup_ngram"
+    return None
+
+
+def test_ngram_rules_equal_the_plain_reading_on_repetitive_random_text():
+    """The bounds, the hashed 5-gram screen and the id-based counts change the cost, never the verdict."""
+    import random
+
+    rng = random.Random(3)
+    cfg = RepetitionConfig(max_dup_line_frac=1.0, max_dup_line_char_frac=1.0, max_dup_para_frac=1.0,
+                           max_dup_para_char_frac=1.0)
+    f = RepetitionFilter(cfg)
+    vocab = ["a", "bb", "the", "of", "cat", "dogs", "ran", "é", "zz", "quick", "brown", "jumped"]
+    verdicts = set()
+    for _ in range(3000):
+        base = [rng.choice(vocab[: rng.randint(2, len(vocab))]) for _ in range(rng.randint(1, 80))]
+        if rng.random() < 0.5 and len(base) > 12:  # a repeated run, as a copied sentence would be
+            s, k = rng.randrange(len(base) - 10), rng.randint(5, 10)
+            base = base[: s + k] + base[s : s + k] * rng.randint(1, 3) + base[s + k :]
+        text = " ".join(base)
+        expected = reference_ngram_verdict(text.split(), len(text), cfg)
+        assert f.check(doc(text)) == expected, text
+        verdicts.add(expected)
+    assert verdicts == {None, "top_ngram", "dup_ngram"}  # every branch met
