@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from itertools import repeat
 
 import numpy as np
 
@@ -62,8 +63,11 @@ class Signer:
         """32-bit hashes of the document's distinct word n-grams (a short text is one shingle)."""
         words = _WORD.findall(text.lower())
         cache = self._words
-        ids = np.fromiter((cache[w] if w in cache else cache.setdefault(w, _word_hash(w)) for w in words),
-                          dtype=np.uint64, count=len(words))
+        ids = np.fromiter(map(cache.get, words, repeat(0)), dtype=np.uint64, count=len(words))
+        if not ids.all():  # words met for the first time (0 stands for "not cached"; a BLAKE2b hash of 0 only costs this pass)
+            for w in set(words).difference(cache):
+                cache[w] = _word_hash(w)
+            ids = np.fromiter(map(cache.__getitem__, words), dtype=np.uint64, count=len(words))
         n = self.ngram
         with np.errstate(over="ignore"):
             if len(ids) <= n:
@@ -80,10 +84,15 @@ class Signer:
         return np.unique(h >> np.uint64(32))
 
     def signature(self, text: str) -> np.ndarray:
+        """min over the shingles of (a h + b mod 2^64) >> 32 per permutation; the shift is monotone, so it is
+        applied to the minima only."""
         hv = self.shingle_hashes(text)
         with np.errstate(over="ignore"):
-            phv = (hv[:, None] * self._a[None, :] + self._b[None, :]) >> np.uint64(32)
-        return phv.min(axis=0)
+            phv = hv[:, None] * self._a[None, :]
+            phv += self._b[None, :]
+        sig = phv.min(axis=0)
+        sig >>= np.uint64(32)
+        return sig
 
     def band_keys(self, texts: list[str]) -> np.ndarray:
         """(len(texts), bands) uint64 band keys."""
