@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import count, repeat
 
 import numpy as np
 
@@ -128,10 +129,9 @@ class NgramModel:
         if not toks:
             empty = np.zeros(0, dtype=np.int64)
             return Encoded(empty, empty, empty, empty, empty, empty, empty)
-        get = self.ids.get
-        tok_ids = np.fromiter((get(t, 0) for t in toks), dtype=np.int64, count=len(toks))
-        own: dict[str, int] = {}
-        own_ids = np.fromiter((own.setdefault(t, len(own)) for t in toks), dtype=np.int64, count=len(toks))
+        tok_ids = np.fromiter(map(self.ids.get, toks, repeat(0)), dtype=np.int64, count=len(toks))
+        own: dict[str, int] = {}  # a token's first position: equal tokens, equal ids
+        own_ids = np.fromiter(map(own.setdefault, toks, count()), dtype=np.int64, count=len(toks))
         starts = np.asarray(line_start, dtype=bool)
         units = np.asarray(unit_start, dtype=bool)
         line = np.cumsum(starts) - 1

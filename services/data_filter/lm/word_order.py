@@ -67,8 +67,10 @@ def order_z(model: NgramModel, enc: Encoded, doc_id: str, permutations: int = 64
 
     def statistics(rows: int, with_original: bool) -> np.ndarray:
         order = np.tile(np.arange(m), (rows, 1))
-        for row in range(1 if with_original else 0, rows):
-            order[row, movable] = movable[rng.permutation(len(movable))]
+        moved = 1 if with_original else 0
+        # every row's shuffle in one call: the same draws as one rng.permutation per row
+        shuffled = rng.permuted(np.tile(np.arange(len(movable)), (rows - moved, 1)), axis=1)
+        order[moved:, movable] = movable[shuffled]
         first, last, own_first, own_last = (a[order] for a in arrays)
         lp = model.bigram_logprob(last[:, inner].ravel(), first[:, inner + 1].ravel()).reshape(rows, -1).sum(axis=1)
         heads = first[:, starts].ravel()
