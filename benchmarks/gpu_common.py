@@ -80,6 +80,27 @@ def time_interleaved(contenders: dict[str, Callable[[int], object]], rounds: int
     return times
 
 
+def first_runs(contenders: dict[str, Callable[[], object]], device: torch.device
+               ) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Run each contender once: (peak memory GiB of those that ran, the error of those that did not).
+
+    A GPU session is one short run on an image this repository does not control (another
+    transformers, a Triton that cannot compile a kernel, an out-of-memory): a contender that fails
+    is dropped with its reason in the JSON rather than losing the other contenders' figures.
+    """
+    memory: dict[str, float | None] = {}
+    errors: dict[str, str] = {}
+    for name, fn in contenders.items():
+        try:
+            memory[name] = peak_memory_gib(device, fn)
+        except Exception as exc:  # noqa: BLE001 - recorded, reported, and the contender dropped
+            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+            print(f"{name} failed and is left out: {errors[name]}", flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return memory, errors
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

@@ -39,7 +39,7 @@ import argparse  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.gpu_common import device_facts, median, peak_memory_gib, pick_device, text_bytes, write_result  # noqa: E402
+from benchmarks.gpu_common import device_facts, first_runs, median, pick_device, text_bytes, write_result  # noqa: E402
 
 SHAPE = ["model.vocab_size=256", "model.d_model=2560", "model.n_layers=3", "model.n_heads=20", "model.n_kv_heads=4",
          "model.max_seq_len=2048", "model.moe.n_routed_experts=64", "model.moe.expert_hidden=512", "model.moe.top_k=8",
@@ -95,7 +95,11 @@ def main() -> None:
     runs = {name: build(shape, seed, prec, device) for name, (seed, prec) in RUNS.items()}
     stream = text_bytes(steps * batch * (seq + 1)).view(steps, batch, seq + 1).to(device)
     steppers = {name: step_fn(model, opt, device) for name, (model, opt, _) in runs.items()}
-    memory = {name: peak_memory_gib(device, lambda st=st: st(stream[0])) for name, st in steppers.items()}
+    memory, errors = first_runs({name: (lambda st=st: st(stream[0])) for name, st in steppers.items()}, device)
+    if "bf16" in errors:
+        raise SystemExit(f"the bf16 reference failed: {errors['bf16']}")
+    runs = {n: v for n, v in runs.items() if n not in errors}
+    steppers = {n: v for n, v in steppers.items() if n not in errors}
     losses: dict[str, list[float]] = {n: [] for n in runs}
     seconds: dict[str, list[float]] = {n: [] for n in runs}
     import time
@@ -115,10 +119,10 @@ def main() -> None:
     result = {
         "benchmark": "gpu_fp8", **device_facts(device), "steps": steps, "tokens_per_step": batch * seq,
         "backends": {n: m.precision_backends for n, (m, _, _) in runs.items()},
-        "tokens_per_s": tps, "ratio_fp8_block": tps["fp8_block"] / tps["bf16"], "ratio_fp8_row": tps["fp8_row"] / tps["bf16"],
-        "final_loss": final, "loss_diff_fp8_block": final["fp8_block"] - final["bf16"],
-        "loss_diff_fp8_row": final["fp8_row"] - final["bf16"], "bf16_seed_spread": final["bf16_seed1"] - final["bf16"],
-        "losses": losses, "peak_memory_gib": memory,
+        "tokens_per_s": tps, **{f"ratio_{n}": tps[n] / tps["bf16"] for n in ("fp8_block", "fp8_row") if n in tps},
+        "final_loss": final, **{f"loss_diff_{n}": final[n] - final["bf16"] for n in ("fp8_block", "fp8_row") if n in final},
+        "bf16_seed_spread": final["bf16_seed1"] - final["bf16"] if "bf16_seed1" in final else None,
+        "losses": losses, "peak_memory_gib": memory, "errors": errors,
     }
     for n in names:
         print(f"{n}: {tps[n]:,.0f} tokens/s, final loss {final[n]:.4f}", flush=True)

@@ -39,9 +39,9 @@ import torch  # noqa: E402
 
 from benchmarks.gpu_common import (  # noqa: E402
     device_facts,
+    first_runs,
     median,
     mfu,
-    peak_memory_gib,
     pick_device,
     time_interleaved,
     write_result,
@@ -54,8 +54,9 @@ QUICK = dict(vocab=512, d_model=64, layers=2, heads=2, experts=4, hidden=32, top
              q_lora=32, kv_lora=16, qk_nope=16, qk_rope=8, v_dim=16, seq=32, batch=2)
 
 
-def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> dict:
-    """name -> (model, step fn); ours in bf16 and in the recipe's fp32 + autocast, HF per experts impl."""
+def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> tuple[dict, dict[str, str]]:
+    """(name -> (model, step fn), name -> why it could not be built); ours in bf16 and in the recipe's
+    fp32 + autocast, HF per experts impl (an impl the installed transformers lacks is reported)."""
     low = torch.bfloat16
     with device:  # built on the device: a 1.6B-parameter init on the host takes minutes
         ours, dense_hidden = build_ours(s)
@@ -71,11 +72,16 @@ def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> dict:
 
     out = {"ours": (ours, make_step(ours, fwd(ours, False), ours.update_router_biases)),
            "ours[recipe]": (recipe, make_step(recipe, fwd(recipe, True), recipe.update_router_biases))}
+    errors: dict[str, str] = {}
     for impl in hf_impls:
-        with device:
-            hf = build_hf(s, dense_hidden, impl).to(dtype=low)
+        try:
+            with device:
+                hf = build_hf(s, dense_hidden, impl).to(dtype=low)
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON; the other contenders still run
+            errors[f"hf[{impl}]"] = f"{type(exc).__name__}: {exc}"[:500]
+            continue
         out[f"hf[{impl}]"] = (hf, make_step(hf, lambda x, y, m=hf: (plain_ce(m(input_ids=x).logits, y), None)))
-    return out
+    return out, errors
 
 
 def recipe_plan_gib(s: Shape):
@@ -114,11 +120,15 @@ def main() -> None:
         shape["batch"] = args.batch
     s = Shape(**shape)
     rounds = 2 if args.quick else args.rounds
-    built = systems(s, device, ["grouped_mm", "eager"])
+    built, errors = systems(s, device, ["grouped_mm", "eager"])
     counts = check_same_size(built)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=gen).to(device) for _ in range(4)]
-    memory = {n: peak_memory_gib(device, lambda st=step: st(batches[0])) for n, (_, step) in built.items()}
+    memory, failed = first_runs({n: (lambda st=step: st(batches[0])) for n, (_, step) in built.items()}, device)
+    errors.update(failed)
+    built = {n: v for n, v in built.items() if n not in failed}
+    if "ours" not in built or not any(n.startswith("hf[") for n in built):
+        raise SystemExit(f"nothing to compare: {errors}")
     times = time_interleaved({n: (lambda r, st=step: st(batches[r % 4])) for n, (_, step) in built.items()},
                              rounds, device, warmup=1)
     tokens = s.batch * s.seq
@@ -134,14 +144,15 @@ def main() -> None:
         "flops_per_token": fpt, "tokens_per_s": tps,
         "mfu_vs_spec": {n: mfu(v, fpt, facts["peak_spec_flops"]) for n, v in tps.items()},
         "mfu_vs_measured": {n: mfu(v, fpt, facts["peak_measured_flops"]) for n, v in tps.items()},
-        "peak_memory_gib": memory, "plan_gib_recipe": plan_gib, "hf_fastest": hf_best,
-        "ratio": tps["ours"] / tps[hf_best], "ratio_recipe": tps["ours[recipe]"] / tps[hf_best],
+        "peak_memory_gib": memory, "plan_gib_recipe": plan_gib, "hf_fastest": hf_best, "errors": errors,
+        "ratio": tps["ours"] / tps[hf_best],
+        "ratio_recipe": tps["ours[recipe]"] / tps[hf_best] if "ours[recipe]" in tps else None,
     }
     for n, v in tps.items():
         m = result["mfu_vs_spec"][n]
         print(f"{n}: {v:,.0f} tokens/s" + (f", MFU {m:.1%} of spec" if m else "") +
               (f", peak {memory[n]:.1f} GiB" if memory[n] is not None else ""), flush=True)
-    print(f"ours / {hf_best}: {result['ratio']:.2f}x; ours[recipe] / {hf_best}: {result['ratio_recipe']:.2f}x")
+    print(f"ours / {hf_best}: {result['ratio']:.2f}x; ours[recipe] / {hf_best}: {result['ratio_recipe'] or 0:.2f}x")
     write_result(result, args.out)
 
 
