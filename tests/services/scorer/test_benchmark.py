@@ -12,6 +12,13 @@ def test_scorer_benchmark_quick_prints_flops_saved_and_keeper_loss():
     last = run_benchmark("scorer.py", "--quick", timeout=1500)
     assert 0.0 <= last["flops_saved"] < 1.0 and 0.0 <= last["keeper_loss"] <= last["keeper_loss_p90"] <= 1.0
     assert last["ratio"] > 0 and last["actors_1_docs_per_s"] > 0 and last["actors_2_docs_per_s"] > 0
+    unseen = last["unseen_spearman"]  # every unseen document labelled, both rubrics measured with a bootstrap
+    assert unseen["unlabelled"] == 0 and {"general", "code"} <= set(unseen)
+    assert sum(unseen[r]["n"] for r in ("general", "code")) == last["docs"]
+    for r in ("general", "code"):
+        lo, hi = unseen[r]["judge_minus_probe_p05_p95"]
+        assert lo <= unseen[r]["judge_minus_probe"] <= hi
+        assert unseen[r]["judge_minus_probe"] == pytest.approx(unseen[r]["judge"] - unseen[r]["probe"])
 
 
 @pytest.mark.slow
