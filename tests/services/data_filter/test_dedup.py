@@ -111,3 +111,57 @@ def test_components_keep_the_first_document_of_a_chain():
 def test_default_curve_threshold_is_about_0_72():
     assert (1 / 14) ** (1 / 8) == pytest.approx(0.72, abs=0.005)  # the usual threshold estimate
     assert lsh_probability(0.685, 14, 8) == pytest.approx(0.5, abs=0.01)  # where the curve crosses 1/2
+
+
+def _plain_signature(signer: Signer, text: str) -> np.ndarray:
+    """The signature as the definition reads, one document and one shingle set at a time: the minimum
+    over the distinct word 5-gram hashes of (a h + b mod 2^64) >> 32 per permutation."""
+    from services.data_filter.dedup.minhash import _M1, _M2, _word_hash
+
+    words = re.findall(r"[^\W_]+", text.lower())
+    ids = [np.uint64(_word_hash(w)) for w in words] or [np.uint64(_word_hash(text))]
+    grams = [ids] if len(words) <= 5 else [ids[i: i + 5] for i in range(len(ids) - 4)]
+    hashes = set()
+    with np.errstate(over="ignore"):
+        for gram in grams:
+            h = np.uint64(len(words) if len(words) <= 5 else 5) * _M2
+            for x in gram:
+                h = (h ^ x) * _M1
+                h ^= h >> np.uint64(29)
+            hashes.add(int(h >> np.uint64(32)))
+        hv = np.array(sorted(hashes), dtype=np.uint64)
+        return ((hv[:, None] * signer._a[None, :] + signer._b[None, :]).min(0)) >> np.uint64(32)
+
+
+def test_batched_signatures_equal_the_definition_document_by_document(monkeypatch):
+    """The batch path (windows over documents laid end to end, reduceat over segments, chunks of whole
+    documents) gives every document the signature its own shingle set defines: short, empty,
+    punctuation-only and repetitive documents, and batches and chunks cut small."""
+    import services.data_filter.dedup.minhash as mh
+
+    base, pool = corpus()
+    texts = [" ".join(w) for w in base[:40]] + ["", "one", "two words", "a b c d e", "a b c d e f", "!!! ???",
+                                                 "spam " * 300, "Ünïcode wörds, façade! 12 34 56 78"]
+    monkeypatch.setattr(mh, "_BATCH_WORDS", 500)  # several batches
+    monkeypatch.setattr(mh, "_CHUNK_SHINGLES", 100)  # several chunks per batch, one over-long document alone
+    signer = Signer(5, 14, 8, seed=3)
+    got = signer.signatures(texts)
+    for text, row in zip(texts, got, strict=True):
+        assert np.array_equal(row, _plain_signature(signer, text)), text[:40]
+    assert np.array_equal(signer.band_keys(texts), mh.fold_bands(got, 14, 8))
+
+
+def test_normalised_words_byte_path_equals_the_regex_on_any_ascii_text():
+    """The ASCII byte path gives the regex's words (as UTF-8 bytes) for every character class: letters
+    of both cases, digits, the underscore, punctuation, whitespace and control characters."""
+    import random
+
+    from services.data_filter.dedup.minhash import _word_hash, normalised_words
+
+    rng = random.Random(0)
+    texts = ["".join(chr(rng.randrange(128)) for _ in range(rng.randrange(60))) for _ in range(3000)]
+    for text in texts + ["Hello, World! foo_bar BAZ9 x-y 12.5\t\nEnd_ __ a"]:
+        got = normalised_words(text)
+        assert [w.decode() for w in got] == re.findall(r"[^\W_]+", text.lower()), text
+    assert normalised_words("Ünïcode wörds") == ["ünïcode", "wörds"]  # not ASCII: the regex path
+    assert _word_hash(b"words") == _word_hash("words")  # both paths share one word cache
