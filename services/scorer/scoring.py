@@ -95,7 +95,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
         if not ray.is_initialized():
             ray.init(configure_logging=False, log_to_driver=False)
         kinds = {s.name: s.kind for s in cfg.data.inputs}
-        ds = ray.data.read_parquet(pending, include_paths=True, ray_remote_args={"num_cpus": scfg.scoring.read_cpus})
+        ds = ray.data.read_parquet(pending, include_paths=True, num_cpus=scfg.scoring.read_cpus)
         # Ray 2.60's Parquet reader packs small shards into one block, and the actor pool hands out
         # whole blocks: without this split one actor would score everything while the others idle.
         ds = ds.repartition(target_num_rows_per_block=scfg.scoring.batch_size)
