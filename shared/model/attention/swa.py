@@ -124,7 +124,7 @@ class SlidingWindowAttention(GroupedQueryAttention):
         return blocked_window_attention(q, k, v, self.window, self.sink_tokens, self.sink_logit_H)
 
     def _flex(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        from torch.nn.attention.flex_attention import create_block_mask
+        from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
 
         T = q.shape[-2]
         key = (T, q.device)
@@ -136,7 +136,10 @@ class SlidingWindowAttention(GroupedQueryAttention):
 
             self._flex_cache[key] = create_block_mask(mask_mod, None, None, T, T, device=q.device)
         gqa = self.n_kv_heads != self.n_heads
-        out, lse = _flex_fn(q.is_cuda)(q, k, v, block_mask=self._flex_cache[key], enable_gqa=gqa, return_lse=True)
+        # the log-sum-exp through `return_aux` (`return_lse` is deprecated for removal)
+        out, aux = _flex_fn(q.is_cuda)(q, k, v, block_mask=self._flex_cache[key], enable_gqa=gqa,
+                                       return_aux=AuxRequest(lse=True))
+        lse = aux.lse
         if self.sink_logit_H is None:
             return out
         gate = torch.sigmoid(lse - self.sink_logit_H.to(lse.dtype)[None, :, None])

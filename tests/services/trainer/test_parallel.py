@@ -62,7 +62,7 @@ def _run(rank: int, world: int, ep_size: int, extra: tuple[str, ...] = ()) -> di
         if world > 1:
             dist.all_reduce(loss := loss.detach().clone())
             loss /= world
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     amax = {}  # every rank's delayed-fp8 amax histories, stacked (ranks, history, role, groups)
     for n, b in sorted(model.named_buffers()):
         if n.endswith("amax_history"):
