@@ -60,13 +60,34 @@ class TrialResult:
     seed: int = 0
 
 
+def _inside_results(value, root: Path):
+    """`value` with every path inside the results folder written relative to it (`<results>/...`).
+
+    Why: a sweep's own files (the `--pydoc-corpus` documents, its token shards) live under its
+    results folder, so their absolute paths would tie every trial's key to where the folder is; a
+    sweep copied or committed elsewhere would then retrain everything instead of resuming.
+    """
+    if isinstance(value, dict):
+        return {k: _inside_results(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inside_results(v, root) for v in value]
+    if isinstance(value, str) and value:
+        try:
+            return "<results>/" + Path(value).resolve().relative_to(root).as_posix()
+        except (ValueError, OSError):
+            return value
+    return value
+
+
 def trial_config(cfg: ExperimentConfig, trial: Trial, results_dir: str | os.PathLike) -> tuple[str, ExperimentConfig]:
     """(key, config) of one trial; the key hashes the sections that shape training, not where it writes."""
     tcfg = proxy_config(cfg, width=trial.width, mup=trial.mup, lr=trial.lr, tokens=trial.tokens)
     data = tcfg.model_dump(mode="json")
     data["train"]["seed"] = cfg.train.seed + trial.seed
     data["train"].update(run_name=None, out_dir="")
-    key = hashlib.sha256(json.dumps({k: data[k] for k in KEYED_SECTIONS}, sort_keys=True).encode()).hexdigest()[:16]
+    keyed = {k: data[k] for k in KEYED_SECTIONS}
+    keyed["mixture"] = _inside_results(keyed["mixture"], Path(results_dir).resolve())
+    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
     data["train"].update(run_name=f"trial-{key}", out_dir=str(Path(results_dir).resolve() / "runs"),
                          checkpoint_every=tcfg.train.steps, keep_last=1)
     # Proxies are ranked by loss alone, so router-health warnings are switched off (windows longer

@@ -50,6 +50,19 @@ def test_trial_key_depends_on_the_trial_not_on_where_it_runs(tmp_path):
     assert c1.train.run_name == f"trial-{k1}" and c1.optim.lr == 1e-3
 
 
+def test_trial_key_of_a_sweep_with_its_own_corpus_does_not_depend_on_where_the_folder_is(tmp_path):
+    """`--pydoc-corpus` writes the documents under the results folder: the same sweep in another
+    folder (copied, committed) gets the same keys, so it resumes; another corpus does not."""
+    from services.trainer.hparam.corpus import pydoc_corpus_overrides
+
+    keys = []
+    for folder in (tmp_path / "a", tmp_path / "deeper" / "b"):
+        cfg = load_config(ROOT / "configs" / "tiny.yaml", [*pydoc_corpus_overrides(folder / "corpus"), "tracker.mode=disabled"])
+        keys.append(trial_config(cfg, Trial(64, True, 1e-3), folder)[0])
+    elsewhere = load_config(ROOT / "configs" / "tiny.yaml", [*pydoc_corpus_overrides(tmp_path / "other" / "corpus"), "tracker.mode=disabled"])
+    assert keys[0] == keys[1] != trial_config(elsewhere, Trial(64, True, 1e-3), tmp_path / "a")[0]
+
+
 def test_proxy_config_scales_width_by_heads_and_budget_by_steps():
     cfg = _cfg()
     p = proxy_config(cfg, width=128, mup=False, tokens=tokens_per_step(cfg) * 50)
