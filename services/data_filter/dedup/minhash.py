@@ -75,7 +75,7 @@ class Signer:
         gen = np.random.default_rng(seed)
         self._a = gen.integers(0, 1 << 63, size=self.num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
         self._b = gen.integers(0, 1 << 63, size=self.num_perm, dtype=np.uint64)
-        self._words: dict[str, int] = {}
+        self._words: dict[str | bytes, int] = {}  # a word's hash, keyed by the word or its ASCII bytes
 
     def _word_ids(self, words: list[str] | list[bytes]) -> np.ndarray:
         """The cached 64-bit hash of every word (each distinct word hashed once, ever)."""
@@ -107,19 +107,6 @@ class Signer:
                 h ^= h >> np.uint64(29)
         return h >> np.uint64(32)
 
-    def shingle_hashes(self, text: str) -> np.ndarray:
-        """32-bit hashes of the document's distinct word n-grams (a short text is one shingle)."""
-        words = normalised_words(text)
-        ids = self._word_ids(words)
-        if len(ids) <= self.ngram:
-            return np.asarray([self._short_hash(ids, text)], dtype=np.uint64)
-        return np.unique(self._gram_hashes(ids))
-
-    def signature(self, text: str) -> np.ndarray:
-        """min over the shingles of (a h + b mod 2^64) >> 32 per permutation; the shift is monotone, so it is
-        applied to the minima only."""
-        return self._minima(self.shingle_hashes(text), np.zeros(1, dtype=np.int64))[0]
-
     def _minima(self, hv: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Per segment of `hv` (segments begin at `starts`, none empty): the signature's `num_perm` values."""
         with np.errstate(over="ignore"):
@@ -130,8 +117,9 @@ class Signer:
         return sig
 
     def signatures(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), num_perm) signatures, equal row for row to `signature(text)`, computed a batch of
-        documents at a time: one word-id lookup, one n-gram pass over the batch's words laid end to
+        """(len(texts), num_perm) signatures: per document, the minimum over its distinct word n-gram
+        hashes of (a h + b mod 2^64) >> 32 per permutation (the shift is monotone, so it is applied to
+        the minima only). Computed a batch of documents at a time: one word-id lookup, one n-gram pass over the batch's words laid end to
         end (the windows that cross a document boundary dropped) and one reduceat over the permuted
         hashes, instead of a dozen small numpy calls per document. A repeated shingle cannot change a
         minimum, so no per-document de-duplication is needed."""
