@@ -4,6 +4,7 @@ N-processes-vs-1 test uses (no Ray start-up; a crashed worker fails the test at 
 from __future__ import annotations
 
 import os
+import sys
 from queue import Empty
 from typing import Any
 
@@ -37,6 +38,11 @@ def to_torch(obj: Any) -> Any:
 
 
 def _worker(rank: int, world: int, port: int, fn, args: tuple, queue) -> None:
+    """Runs `fn`, hands rank 0's result over, then leaves with `os._exit(0)` once every rank is done:
+    the interpreter's normal teardown destroys torch's C++ thread objects (gloo's and the autograd
+    engine's) in no fixed order, and now and then one is still joinable, which aborts the process
+    ("terminate called without an active exception", exit -6) after the work has succeeded. A
+    failure inside `fn` still raises and gives a non-zero exit code."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -46,6 +52,11 @@ def _worker(rank: int, world: int, port: int, fn, args: tuple, queue) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    queue.close()
+    queue.join_thread()  # the result has left this process before it exits
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def spawn(fn, *args, world: int = 2, timeout_s: int = 600) -> Any:
