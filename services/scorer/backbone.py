@@ -134,11 +134,10 @@ class LayerwiseBackbone:
         if self.layout == "encoder":
             masks = {"all": mu.create_bidirectional_mask(config=cfg, inputs_embeds=h, attention_mask=am)}
             return replace(state, masks=masks)
-        masks = {"full_attention": mu.create_causal_mask(config=cfg, inputs_embeds=h, attention_mask=am, cache=None)}
+        # the cache argument is passed by position: transformers renamed it (past_key_values -> cache)
+        masks = {"full_attention": mu.create_causal_mask(cfg, h, am, None)}
         if "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
-            masks["sliding_attention"] = mu.create_sliding_window_causal_mask(
-                config=cfg, inputs_embeds=h, attention_mask=am, cache=None
-            )
+            masks["sliding_attention"] = mu.create_sliding_window_causal_mask(cfg, h, am, None)
         pe = state.position_embeddings
         if pe is None and hasattr(self.model, "rotary_emb"):
             pe = self.model.rotary_emb(h, state.position_ids)

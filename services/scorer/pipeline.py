@@ -126,7 +126,8 @@ def train_stage(cfg) -> dict:
                  "split": {k: [g["ids"][i] for i in v] for k, v in split.items()}}
         rep = {"features_cached": bool(feats["cached"]), "n": len(y),
                "read_fraction_mean": float(feats["coverage"].mean())}
-        with progress_bar(0, f"train {name}") as bar:
+        # the epoch budget of both heads; a head that stops early jumps to its budget's end
+        with progress_bar(2 * hcfg.max_epochs, f"train {name}", unit="epoch") as bar:
             pairs = tuple(source_pairs(g["group"], g["degradation"], split[k]) for k in ("train", "val"))
             rep["pairs"] = {"train": len(pairs[0]), "val": len(pairs[1])}
             for kind in ("probe", "judge"):

@@ -22,10 +22,10 @@ LABELS_FILE = "labels.parquet"
 FAILURES_FILE = "label_failures.parquet"
 
 
-def progress_bar(total: int, desc: str):
+def progress_bar(total: int, desc: str, unit: str = "doc"):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="doc", dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
 
 
 def input_paths(cfg) -> list[str]:

@@ -175,11 +175,14 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
         val = _objective(head, kind, feats, targets, val_idx, val_pairs if use_pairs else val_pairs[:0], hcfg)
         history.append({"epoch": epoch, "train_loss": total / max(1, len(train_idx)), "val_loss": val})
         if progress is not None:
+            progress.update(1)
             progress.set_postfix(head=kind, epoch=epoch, val=f"{val:.4f}")
         if val < best[0] - 1e-6:
             best = (val, epoch, copy.deepcopy(head.state_dict()))
         elif epoch - best[1] >= hcfg.patience:
             break
+    if progress is not None:  # early stopping skips the rest of this head's epoch budget
+        progress.update(hcfg.max_epochs - epoch)
     head.load_state_dict(best[2])
     head.eval()
     return TrainResult(head, best[1], epoch, best[0], history)

@@ -125,9 +125,20 @@ def test_judge_masks_padding_and_early_stopping_restores_best_epoch():
         seed, lr, judge_lr, weight_decay, batch_size, max_epochs, patience = 0, 1e-2, 1e-3, 0.0, 16, 200, 3
         judge_dim, judge_layers, judge_heads = 16, 1, 2
 
+    class Bar:  # the stage's epoch bar: one step an epoch, the rest of the budget when stopped early
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+        def set_postfix(self, **_):
+            pass
+
+    bar = Bar()
     res = train_head("probe", {"pooled": pooled, "doc_stats": torch.ones(60, DOC_STATS)}, y, split["train"], split["val"],
-                     H, 8)
+                     H, 8, bar)
     assert res.epochs_run < 200 and res.epochs_run - res.best_epoch == 3
+    assert bar.n == H.max_epochs
     assert res.best_val_loss == min(h["val_loss"] for h in res.history)
 
 
