@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from shared.config.attention import ATTENTION_KINDS, AttentionConfig  # noqa: F401  (re-exported)
 from shared.config.base import Section
@@ -151,7 +151,34 @@ class ModelConfig(Section):
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
         if self.first_k_dense > self.n_layers:
             raise ValueError(f"first_k_dense ({self.first_k_dense}) must be <= n_layers ({self.n_layers})")
+        if self.mup.enabled:
+            try:
+                self.mup_base()
+            except ValidationError as exc:
+                problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+                raise ValueError(
+                    f"the muP base model (d_model = mup.base_width = {self.mup.base_width}, with mup.base_shapes "
+                    f"{self.mup.base_shapes or '{}'}) is not a valid model: {problems}. Give the base's widths in "
+                    "model.mup.base_shapes (e.g. {n_heads: 4, n_kv_heads: 2}) or change mup.base_width"
+                ) from None
         return self
+
+    def mup_base(self) -> ModelConfig:
+        """The muP base model's config: this one with base_width as d_model and `mup.base_shapes` applied.
+
+        Validated with the model (a base that cannot be built fails at config check, not when the
+        model is built mid-run)."""
+        data = self.model_dump(mode="json")
+        data["d_model"] = self.mup.base_width
+        data["mup"]["enabled"] = False
+        data["mup"]["base_shapes"] = {}
+        for key, value in self.mup.base_shapes.items():
+            *path, leaf = key.split(".")
+            node = data
+            for part in path:
+                node = node[part]
+            node[leaf] = value
+        return type(self).model_validate(data)
 
     @property
     def resolved_head_dim(self) -> int:

@@ -133,21 +133,6 @@ def param_roles(model: nn.Module) -> dict[str, str]:
     return roles
 
 
-def base_config(cfg: ModelConfig) -> ModelConfig:
-    """The base model's config: this one with base_width as d_model and `mup.base_shapes` applied."""
-    data = cfg.model_dump(mode="json")
-    data["d_model"] = cfg.mup.base_width
-    data["mup"]["enabled"] = False
-    data["mup"]["base_shapes"] = {}
-    for key, value in cfg.mup.base_shapes.items():
-        *path, leaf = key.split(".")
-        node = data
-        for part in path:
-            node = node[part]
-        node[leaf] = value
-    return type(cfg).model_validate(data)
-
-
 def param_scalings(model: nn.Module, cfg: ModelConfig) -> dict[str, ParamScaling]:
     """{parameter name: ParamScaling} for every parameter of `model` (built from `cfg`)."""
     roles = param_roles(model)
@@ -158,7 +143,7 @@ def param_scalings(model: nn.Module, cfg: ModelConfig) -> dict[str, ParamScaling
         from shared.model.transformer import MoETransformer
 
         with torch.device("meta"):
-            base = MoETransformer(base_config(cfg))
+            base = MoETransformer(cfg.mup_base())
         base_shapes = {clean_name(n): p.shape for n, p in base.named_parameters()}
     out: dict[str, ParamScaling] = {}
     for name, role in roles.items():

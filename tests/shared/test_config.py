@@ -128,3 +128,15 @@ def test_each_language_model_oracle_takes_model_budget_and_constraint_from_the_o
         load_config(None, [f"scorer.oracle.{backend}.max_tokens=8"])
     cfg = load_config(None, [f"scorer.oracle.backend={backend}", f"scorer.oracle.{backend}.constraint=vllm_regex"])
     assert cfg.scorer.oracle.backend_section().constraint == "vllm_regex"
+
+
+def test_a_mup_base_that_cannot_be_built_fails_at_load_with_the_fix():
+    # 20 heads cannot split the base width of 64: found when a GPU benchmark built the model
+    with pytest.raises(ConfigError, match=r"muP base model .*n_heads \(20\) must divide d_model \(64\).*mup.base_shapes"):
+        load_config("configs/tiny.yaml", ["model.d_model=2560", "model.n_heads=20", "model.n_kv_heads=4"])
+    cfg = load_config("configs/tiny.yaml", ["model.d_model=2560", "model.n_heads=20", "model.n_kv_heads=4",
+                                            "model.mup.base_shapes={n_heads: 4, n_kv_heads: 2}"])
+    base = cfg.model.mup_base()
+    assert (base.d_model, base.n_heads, base.n_kv_heads, base.mup.enabled) == (64, 4, 2, False)
+    load_config("configs/tiny.yaml", ["model.d_model=2560", "model.n_heads=20", "model.n_kv_heads=4",
+                                      "model.mup.enabled=false"])  # no base model, nothing to check
