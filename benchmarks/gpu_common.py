@@ -80,9 +80,14 @@ def time_interleaved(contenders: dict[str, Callable[[int], object]], rounds: int
     return times
 
 
-def first_runs(contenders: dict[str, Callable[[], object]], device: torch.device
-               ) -> tuple[dict[str, float | None], dict[str, str]]:
-    """Run each contender once: (peak memory GiB of those that ran, the error of those that did not).
+def first_runs(contenders: dict[str, Callable[[], object]], device: torch.device,
+               resident: dict[str, float] | None = None) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Run each contender once: (its peak memory GiB, the error of those that did not run).
+
+    Every contender's model is resident while each runs, so a contender's figure is what it held
+    before its first step (`resident[name]`, its weights) plus what that step added at its peak
+    (gradients, optimizer state, activations): its own footprint, comparable with `moelab plan`,
+    not the process's total.
 
     A GPU session is one short run on an image this repository does not control (another
     transformers, a Triton that cannot compile a kernel, an out-of-memory): a contender that fails
@@ -92,13 +97,20 @@ def first_runs(contenders: dict[str, Callable[[], object]], device: torch.device
     errors: dict[str, str] = {}
     for name, fn in contenders.items():
         try:
-            memory[name] = peak_memory_gib(device, fn)
+            added = peak_added_gib(device, fn)
+            memory[name] = None if added is None else added + (resident or {}).get(name, 0.0)
         except Exception as exc:  # noqa: BLE001 - recorded, reported, and the contender dropped
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
             print(f"{name} failed and is left out: {errors[name]}", flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return memory, errors
+
+
+def module_gib(module: torch.nn.Module) -> float:
+    """GiB held by a module's parameters and buffers."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**30
 
 
 def median(values: list[float]) -> float:
@@ -110,15 +122,17 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: float | None) -> floa
     return tokens_per_s * flops_per_token / peak if peak else None
 
 
-def peak_memory_gib(device: torch.device, fn: Callable[[], object]) -> float | None:
-    """Peak allocated device memory while `fn` runs (CUDA only)."""
+def peak_added_gib(device: torch.device, fn: Callable[[], object]) -> float | None:
+    """Run `fn`; how far allocated device memory rose above its level before, at its peak (None off CUDA)."""
     if device.type != "cuda":
+        fn()
         return None
     sync(device)
+    before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     sync(device)
-    return torch.cuda.max_memory_allocated(device) / 2**30
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**30
 
 
 def text_bytes(n_tokens: int) -> torch.Tensor:

@@ -39,11 +39,20 @@ import argparse  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.gpu_common import device_facts, first_runs, median, pick_device, text_bytes, write_result  # noqa: E402
+from benchmarks.gpu_common import (  # noqa: E402
+    device_facts,
+    first_runs,
+    median,
+    module_gib,
+    pick_device,
+    text_bytes,
+    write_result,
+)
 
 SHAPE = ["model.vocab_size=256", "model.d_model=2560", "model.n_layers=3", "model.n_heads=20", "model.n_kv_heads=4",
          "model.max_seq_len=2048", "model.moe.n_routed_experts=64", "model.moe.expert_hidden=512", "model.moe.top_k=8",
-         "model.moe.n_shared_experts=2", "model.moe.n_groups=8", "model.moe.topk_groups=4"]
+         "model.moe.n_shared_experts=2", "model.moe.n_groups=8", "model.moe.topk_groups=4",
+         "model.mup.base_shapes={n_heads: 4, n_kv_heads: 2}"]  # as proxy-7b2a's muP base
 QUICK = ["model.vocab_size=256", "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
          "model.max_seq_len=32", "model.moe.n_routed_experts=4", "model.moe.expert_hidden=64", "model.moe.top_k=2",
          "model.moe.n_shared_experts=1"]
@@ -95,7 +104,8 @@ def main() -> None:
     runs = {name: build(shape, seed, prec, device) for name, (seed, prec) in RUNS.items()}
     stream = text_bytes(steps * batch * (seq + 1)).view(steps, batch, seq + 1).to(device)
     steppers = {name: step_fn(model, opt, device) for name, (model, opt, _) in runs.items()}
-    memory, errors = first_runs({name: (lambda st=st: st(stream[0])) for name, st in steppers.items()}, device)
+    memory, errors = first_runs({name: (lambda st=st: st(stream[0])) for name, st in steppers.items()}, device,
+                                resident={name: module_gib(model) for name, (model, _, _) in runs.items()})
     if "bf16" in errors:
         raise SystemExit(f"the bf16 reference failed: {errors['bf16']}")
     runs = {n: v for n, v in runs.items() if n not in errors}

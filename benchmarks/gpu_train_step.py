@@ -42,6 +42,7 @@ from benchmarks.gpu_common import (  # noqa: E402
     first_runs,
     median,
     mfu,
+    module_gib,
     pick_device,
     time_interleaved,
     write_result,
@@ -86,7 +87,7 @@ def systems(s: Shape, device: torch.device, hf_impls: list[str]) -> tuple[dict, 
 
 def recipe_plan_gib(s: Shape):
     """(`moelab plan`'s total GiB for ours[recipe] at this shape on one GPU, its config); AdamW for all."""
-    from benchmarks.train_step import TINY
+    from benchmarks.train_step import MUP_BASE, TINY
     from shared.config import load_config
     from shared.plan.memory import GIB, plan_memory
 
@@ -99,7 +100,7 @@ def recipe_plan_gib(s: Shape):
         f"model.attention.mla.kv_lora_rank={s.kv_lora}", f"model.attention.mla.qk_nope_head_dim={s.qk_nope}",
         f"model.attention.mla.qk_rope_head_dim={s.qk_rope}", f"model.attention.mla.v_head_dim={s.v_dim}",
         "train.dtype=bfloat16", f"train.seq_len={s.seq}", f"train.micro_batch_size={s.batch}", "optim.name=adamw",
-        "optim.log_stats=false"])
+        "optim.log_stats=false", MUP_BASE])
     return plan_memory(cfg).total / GIB, cfg
 
 
@@ -124,7 +125,8 @@ def main() -> None:
     counts = check_same_size(built)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=gen).to(device) for _ in range(4)]
-    memory, failed = first_runs({n: (lambda st=step: st(batches[0])) for n, (_, step) in built.items()}, device)
+    memory, failed = first_runs({n: (lambda st=step: st(batches[0])) for n, (_, step) in built.items()}, device,
+                                resident={n: module_gib(model) for n, (model, _) in built.items()})
     errors.update(failed)
     built = {n: v for n, v in built.items() if n not in failed}
     if "ours" not in built or not any(n.startswith("hf[") for n in built):

@@ -88,6 +88,10 @@ class Shape:
     batch: int
 
 
+# muP's base model keeps the proxies' 4 heads at base width 64 (20 heads cannot split 64 dims)
+MUP_BASE = "model.mup.base_shapes={n_heads: 4, n_kv_heads: 4}"
+
+
 def build_ours(s: Shape) -> tuple[nn.Module, int]:
     """Our model from configs/tiny.yaml at the benchmark shape; returns it and the dense FFN width."""
     from shared.config import load_config
@@ -102,7 +106,7 @@ def build_ours(s: Shape) -> tuple[nn.Module, int]:
         "model.attention.pattern=[mla]",
         f"model.attention.mla.q_lora_rank={s.q_lora}", f"model.attention.mla.kv_lora_rank={s.kv_lora}",
         f"model.attention.mla.qk_nope_head_dim={s.qk_nope}", f"model.attention.mla.qk_rope_head_dim={s.qk_rope}",
-        f"model.attention.mla.v_head_dim={s.v_dim}",
+        f"model.attention.mla.v_head_dim={s.v_dim}", MUP_BASE,
     ])
     torch.manual_seed(0)
     return MoETransformer(cfg.model), cfg.model.resolved_dense_hidden

@@ -13,6 +13,7 @@
 #   train_step   benchmarks/gpu_train_step.py: 1.6B proxy of 7B2A in bf16, ours vs HF DeepseekV3 + MFU   120
 #   fp8          benchmarks/gpu_fp8.py: native fp8 vs bf16 tokens/s and loss difference over 50 steps     105
 #   backbone     benchmarks/gpu_backbone.py: the scorer's backbone in bf16 vs fp32                          45
+# STEPS="gpu_tests fp8" runs only those steps (a rerun of what failed).
 # ($OUT/summary.json lists every step's exit status and seconds.) The exit status is non-zero if any
 # step failed; on a CPU machine the script still runs end to end (tests skip, benchmarks say they
 # need CUDA) and tests/scripts/test_gpu_checks.py keeps it that way.
@@ -38,6 +39,10 @@ step() {  # step NAME DEFAULT_TIMEOUT COMMAND...: time-boxed, logged, its last o
     limit_var="$(echo "$1" | tr '[:lower:]' '[:upper:]')_TIMEOUT"
     local limit=${!limit_var:-$2}
     shift 2
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+        echo "== $name: not in STEPS, skipped"
+        return
+    fi
     echo "== $name (limit ${limit}s)"
     t0=$(date +%s)
     timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
@@ -53,7 +58,7 @@ step() {  # step NAME DEFAULT_TIMEOUT COMMAND...: time-boxed, logged, its last o
 }
 
 step gpu_tests 120 "$PY" -m pytest -m gpu -p no:cacheprovider -o addopts=-ra -q tests/shared/kernels tests/shared/model \
-    tests/shared/precision tests/shared/plan
+    tests/shared/precision tests/shared/plan tests/benchmarks/test_gpu_common.py
 step doctor 45 "$PY" -m moelab.cli doctor --json
 step moe_layer 60 "$PY" benchmarks/moe_layer.py --gpu --repeats 10
 step train_step 120 "$PY" benchmarks/gpu_train_step.py --out "$OUT/train_step.json"

@@ -97,9 +97,14 @@ def _gmm_xwT(x_TI: Tensor, w_EOI: Tensor, offs: Tensor, transpose: bool) -> Tens
     return torch._grouped_mm(x_TI.contiguous(), w, offs=offs)
 
 
-def _gmm_wgrad(dy_TO: Tensor, x_TI: Tensor, offs: Tensor) -> Tensor:
+def _gmm_wgrad(dy_TO: Tensor, x_TI: Tensor, offs: Tensor, counts_E: Tensor) -> Tensor:
+    """dw[e] = dy_eᵀ x_e. `torch._grouped_mm` allocates its output uninitialised and need not write
+    the block of a group with no rows, so an expert that got no tokens would take whatever the
+    caching allocator's recycled block held (NaNs included) as its gradient: zeroed here, without a
+    host sync."""
     _check_aligned(dy_TO, x_TI)
-    return torch._grouped_mm(dy_TO.t(), x_TI.contiguous(), offs=offs)
+    dw = torch._grouped_mm(dy_TO.t(), x_TI.contiguous(), offs=offs)
+    return dw.masked_fill_((counts_E == 0)[:, None, None], 0)
 
 
 class _GroupedMM(torch.autograd.Function):
@@ -132,7 +137,7 @@ class _GroupedMM(torch.autograd.Function):
             if ctx.needs_input_grad[0]:
                 dx = _gmm_xwT(dy_TO, w_EOI, offs, transpose=True)
             if ctx.needs_input_grad[1]:
-                dw = _gmm_wgrad(dy_TO, x_TI, offs)
+                dw = _gmm_wgrad(dy_TO, x_TI, offs, counts_E)
         else:
             from shared.kernels.triton_gmm import triton_gmm, triton_gmm_wgrad
 

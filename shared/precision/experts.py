@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from shared.config.precision import PrecisionConfig
 from shared.precision.delayed import DelayedScalingState
 from shared.precision.matmul import lp_grouped_linear, lp_linear
-from shared.precision.native import native_grouped_linear, native_linear, native_status
+from shared.precision.native import native_grouped_linear, native_linear, native_status, tensor_scale_form
 from shared.precision.recipe import GemmRecipe, gemm_recipe
 from shared.precision.te_backend import TELinearRunner, te_autocast, te_grouped_linear, te_status
 
@@ -150,6 +150,13 @@ class BackendChoice:
     why: str = ""
 
 
+def _scale_note(cfg: PrecisionConfig, shape_only: bool) -> str:
+    """Which form of per-tensor scale the probe found this GPU's `torch._scaled_mm` running."""
+    if shape_only or cfg.fp8_granularity != "tensor" or not torch.cuda.is_available():
+        return ""
+    return f" (per-tensor scales passed as {tensor_scale_form(torch.device('cuda', torch.cuda.current_device()))})"
+
+
 def resolve_backend(cfg: PrecisionConfig, mode: str, shape_only: bool = False) -> BackendChoice:
     """The backend `mode`'s GEMMs use under `cfg`; raises when an explicit te/native cannot run here.
 
@@ -176,12 +183,14 @@ def resolve_backend(cfg: PrecisionConfig, mode: str, shape_only: bool = False) -
                 f"model.moe.precision.backend=native, but {native_why}. "
                 "Use backend=auto (emulation where native fp8 cannot run) or backend=emulate."
             )
-        return BackendChoice("native", require=not shape_only, why="precision.backend=native")
+        return BackendChoice("native", require=not shape_only, why="precision.backend=native" + _scale_note(cfg, shape_only))
     if te_why is None:
         return BackendChoice("te", why="transformer-engine runs this recipe here")
     native_why = cfg.native_unsupported_reason(mode) if shape_only else native_status(cfg, mode)
     if native_why is None:
-        return BackendChoice("native", why=f"transformer-engine: {te_why}; torch._scaled_mm runs the recipe")
+        return BackendChoice(
+            "native", why=f"transformer-engine: {te_why}; torch._scaled_mm runs the recipe" + _scale_note(cfg, shape_only)
+        )
     return BackendChoice("emulate", why=f"transformer-engine: {te_why}; native: {native_why}")
 
 

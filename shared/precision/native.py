@@ -34,6 +34,7 @@ from shared.config.precision import PrecisionConfig
 from shared.precision.delayed import DelayedScalingState, UpdateMode
 from shared.precision.matmul import _LowPrecisionBmm, lp_grouped_linear, lp_linear
 from shared.precision.native_quant import (
+    TENSOR_SCALE_FORMS,
     Fp8Operand,
     quantize_fp8,
     quantize_fp8_delayed,
@@ -45,6 +46,9 @@ from shared.precision.recipe import GemmRecipe, gemm_recipe
 
 # (CUDA device, scale kind) -> whether the probe's `torch._scaled_grouped_mm` agreed with the emulation
 _GROUPED_OK: dict[tuple[int, str], bool] = {}
+# CUDA device -> how per-tensor scales are passed to `torch._scaled_mm` there (the first of
+# `TENSOR_SCALE_FORMS` the probe found working); the 0-dim form until a probe has run
+_TENSOR_FORM: dict[int, str] = {}
 
 
 def _align(n: int, to: int) -> int:
@@ -63,12 +67,18 @@ def fp8_bmm(a: Fp8Operand, b: Fp8Operand, out_dtype: torch.dtype) -> torch.Tenso
         return torch._scaled_grouped_mm(
             a.data, b.data.transpose(1, 2), row_scales(a), row_scales(b), out_dtype=out_dtype
         )
+    form = tensor_scale_form(a.data.device)
     outs = [
-        torch._scaled_mm(a.data[i], b.data[i].t(), scale_layout(a, i, False), scale_layout(b, i, True),
+        torch._scaled_mm(a.data[i], b.data[i].t(), scale_layout(a, i, False, form), scale_layout(b, i, True, form),
                          out_dtype=out_dtype)
         for i in range(n_batch)
     ]  # fmt: skip
     return torch.stack(outs)
+
+
+def tensor_scale_form(device: torch.device) -> str:
+    """How per-tensor scales go to `torch._scaled_mm` on `device` (see `TENSOR_SCALE_FORMS`)."""
+    return _TENSOR_FORM.get(device.index or 0, "scalar") if device.type == "cuda" else "scalar"
 
 
 def _quantize(t, spec, role: str, state: DelayedScalingState | None, mode: UpdateMode) -> Fp8Operand:
@@ -179,10 +189,22 @@ def _probe(granularity: str, grad_format: str, device: int) -> str | None:
     dev = torch.device("cuda", device)
     operands = [tuple(torch.randn(b, rows, cols, device=dev, generator=gen) for rows, cols in ((96, 256), (384, 256), (96, 384)))
                 for b in (1, 2)]
-    problem = _compare(recipe, operands)
-    if problem:
-        return f"fp8 {granularity} on torch._scaled_mm: {problem}"
     kind = spec_kind(recipe.x)
+    if kind == "tensor":
+        refusals = []
+        for form in TENSOR_SCALE_FORMS:
+            _TENSOR_FORM[device] = form
+            problem = _compare(recipe, operands)
+            if not problem:
+                break
+            refusals.append(f"{form} scales: {problem}")
+        else:
+            del _TENSOR_FORM[device]
+            return f"fp8 {granularity} on torch._scaled_mm: " + "; ".join(refusals)
+    else:
+        problem = _compare(recipe, operands)
+        if problem:
+            return f"fp8 {granularity} on torch._scaled_mm: {problem}"
     if kind in ("tensor", "row") and hasattr(torch, "_scaled_grouped_mm"):
         _GROUPED_OK[(device, kind)] = True
         if _compare(recipe, operands[1:]):

@@ -98,12 +98,27 @@ def quantize_fp8_delayed(
     return Fp8Operand(q, (1.0 / s).reshape(-1, 1, 1).contiguous(), "tensor")
 
 
-def scale_layout(op: Fp8Operand, index: int, second: bool) -> torch.Tensor:
+# How one per-tensor scale is handed to `torch._scaled_mm`: a 0-dim tensor, a 1×1 tensor, or
+# repeated per row (the row-wise kernel; the same products). cuBLAS builds differ in which of
+# these they run (an H200 with torch 2.11 + CUDA 13 refused the 0-dim form in cublasLtMatmul while
+# the row-wise kernel ran), so the native probe tries them in this order and keeps the first that works.
+TENSOR_SCALE_FORMS = ("scalar", "1x1", "rows")
+
+
+def scale_layout(op: Fp8Operand, index: int, second: bool, tensor_form: str = "scalar") -> torch.Tensor:
     """The scale tensor `torch._scaled_mm` expects for matrix `index` of `op` as its first operand
-    (a, rows = M) or, with `second`, as its second (b = op.data[index].t(), rows = N)."""
+    (a, rows = M) or, with `second`, as its second (b = op.data[index].t(), rows = N).
+    `tensor_form` (one of `TENSOR_SCALE_FORMS`) says how a per-tensor scale is passed."""
     s = op.scale[index]
     if op.kind == "tensor":
-        return s.reshape(())
+        if tensor_form == "scalar":
+            return s.reshape(())
+        if tensor_form == "1x1":
+            return s.reshape(1, 1)
+        if tensor_form != "rows":
+            raise ValueError(f"tensor_form must be one of {TENSOR_SCALE_FORMS}, got {tensor_form!r}")
+        rows = op.data.shape[1]
+        return s.reshape(1, 1).expand(1, rows).contiguous() if second else s.reshape(1, 1).expand(rows, 1).contiguous()
     if op.kind == "row":
         return s.reshape(1, -1) if second else s.reshape(-1, 1)
     if op.kind == "1x128":  # (rows, ⌈K/128⌉): first operand wants strides (1, rows); second its transpose

@@ -135,16 +135,50 @@ def _wait_for_nodes(cluster: TwoNodeCluster, timeout: float) -> None:
     raise RuntimeError(f"2-node Ray cluster did not come up in {timeout:.0f} s: {last[-2000:]}")
 
 
+PORT_TAKEN = "Address already in use"
+
+
 def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_resources: dict | None = None):
     """A head (2 CPUs) and a second node (`node2_cpus`, resource `node2` plus `node2_resources`, any
-    extra `ray start` args such as `--num-gpus 1`), joined at 127.0.0.1; stopped after."""
-    gcs, client, agent1, agent2, mgr1, mgr2, obj1, obj2 = free_ports(8)
+    extra `ray start` args such as `--num-gpus 1`), joined at 127.0.0.1; stopped after.
+
+    The ports are free when chosen but not reserved, so another process (often one of Ray's own
+    workers elsewhere on the machine) can bind one before the node does; a start that fails that
+    way is retried on fresh ports, up to three times."""
     # Ray 2.60 turns token auth on for `ray start --head` when ~/.ray/auth_token exists; every node
     # and driver of this cluster shares its own token instead, whatever that file holds.
     token_dir = tempfile.mkdtemp(prefix="rtauth-")
     token_path = Path(token_dir) / "auth_token"
     token_path.write_text(secrets.token_hex(32))
     env = {**os.environ, **HEALTH_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
+    nodes: list[RayNode] = []
+    try:
+        for attempt in range(3):
+            try:
+                cluster = _start_two_nodes(env, nodes, node2_cpus, node2_args, node2_resources)
+                break
+            except RuntimeError as exc:
+                _stop(nodes)
+                if PORT_TAKEN not in str(exc) or attempt == 2:
+                    raise
+        yield cluster
+    finally:
+        _stop(nodes)
+        shutil.rmtree(token_dir, ignore_errors=True)
+
+
+def _stop(nodes: list[RayNode]) -> None:
+    for node in reversed(nodes):
+        node.kill(signal.SIGTERM, wait_s=3.0)
+        node.kill(signal.SIGKILL)
+        shutil.rmtree(node.temp_dir, ignore_errors=True)
+    nodes.clear()
+
+
+def _start_two_nodes(env: dict, nodes: list[RayNode], node2_cpus: int, node2_args: tuple[str, ...],
+                     node2_resources: dict | None) -> TwoNodeCluster:
+    """Start both nodes on fresh ports (appended to `nodes` as they start) and wait until both are up."""
+    gcs, client, agent1, agent2, mgr1, mgr2, obj1, obj2 = free_ports(8)
     # The head has 2 CPUs so Ray Data's 1-CPU file-listing and read tasks still find a CPU while
     # actors (half a CPU each, spread over the nodes) hold part of both nodes.
     common = ["--object-store-memory", str(100 * 1024 * 1024), "--include-log-monitor", "false"]
@@ -152,32 +186,25 @@ def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_reso
                                 "--ray-client-server-port", str(client), "--include-dashboard", "false",
                                 "--dashboard-agent-listen-port", str(agent1), "--node-manager-port", str(mgr1),
                                 "--object-manager-port", str(obj1), "--num-cpus", "2", *common], env)
-    node2 = None
-    try:
-        # The second node can only join once the head's GCS listens.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", gcs)) == 0:
-                    break
-            if head.proc.poll() is not None:
-                raise RuntimeError(f"head `ray start` exited:\n{head.log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-        resources = {"node2": 1, **(node2_resources or {})}
-        node2 = _start_node("node2", ["--address", f"127.0.0.1:{gcs}", "--node-ip-address", "127.0.0.1",
-                                      "--resources", json.dumps(resources), "--dashboard-agent-listen-port",
-                                      str(agent2), "--node-manager-port", str(mgr2), "--object-manager-port",
-                                      str(obj2), "--num-cpus", str(node2_cpus), *node2_args, *common], env)
-        cluster = TwoNodeCluster(f"127.0.0.1:{gcs}", head, node2, env)
-        _wait_for_nodes(cluster, timeout=90)
-        yield cluster
-    finally:
-        for node in (node2, head):
-            if node is not None:
-                node.kill(signal.SIGTERM, wait_s=3.0)
-                node.kill(signal.SIGKILL)
-                shutil.rmtree(node.temp_dir, ignore_errors=True)
-        shutil.rmtree(token_dir, ignore_errors=True)
+    nodes.append(head)
+    # The second node can only join once the head's GCS listens.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", gcs)) == 0:
+                break
+        if head.proc.poll() is not None:
+            raise RuntimeError(f"head `ray start` exited:\n{head.log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.5)
+    resources = {"node2": 1, **(node2_resources or {})}
+    node2 = _start_node("node2", ["--address", f"127.0.0.1:{gcs}", "--node-ip-address", "127.0.0.1",
+                                  "--resources", json.dumps(resources), "--dashboard-agent-listen-port",
+                                  str(agent2), "--node-manager-port", str(mgr2), "--object-manager-port",
+                                  str(obj2), "--num-cpus", str(node2_cpus), *node2_args, *common], env)
+    nodes.append(node2)
+    cluster = TwoNodeCluster(f"127.0.0.1:{gcs}", head, node2, env)
+    _wait_for_nodes(cluster, timeout=90)
+    return cluster
 
 
 @pytest.fixture

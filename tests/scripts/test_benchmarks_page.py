@@ -70,7 +70,9 @@ def test_commands_and_machine_lines_are_the_ones_the_files_record():
     rounds = _section(page, "router_balance/round7.json")
     assert "--recipe configs/tiny.yaml --steps 200 --seeds 2 --arm NAME=OVERRIDES" in rounds
     assert "| ga16 | 0.07236 | 0.3379 | 6.073 | 0 |" in rounds  # the arms as one table
-    assert "`python benchmarks/gpu_fp8.py`" in page.split("## Benchmarks without a committed result")[1]
+    gpu = _section(page, "gpu/2026-12-04-h200/fp8.json")  # a step of the one-call GPU run
+    assert "- command: `python benchmarks/gpu_fp8.py`" in gpu and "A step of `bash scripts/gpu_checks.sh`" in gpu
+    assert "| gpu | NVIDIA H200 |" in gpu and "| `ratio_fp8_block` | 0.3514 |" in gpu
 
 
 def test_new_files_and_keys_are_rendered_generically_and_a_broken_file_is_named(tmp_path):

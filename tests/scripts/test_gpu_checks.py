@@ -68,3 +68,40 @@ def test_gpu_backbone_benchmark_runs_the_scorers_backbone_in_bf16_and_fp32():
     r = run_benchmark("gpu_backbone.py", "--device", "cpu", "--quick")
     assert set(r["docs_per_s"]) == {"bf16", "fp32"} and r["pooled_cosine"] > 0.99
     assert 0 < r["feature_rel_error"] < 0.05
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"benchmarks.{name}", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_benchmarks_full_shapes_build_before_any_gpu_is_spent():
+    # The --quick smoke runs use other shapes: a first H200 call lost three benchmarks to configs
+    # only the full shapes produced. Their configs, our models and HF's are built here on the meta device.
+    meta = torch.device("meta")
+    train = _load_benchmark("gpu_train_step")
+    shape = train.Shape(**train.PROXY)
+    built, errors = train.systems(shape, meta, ["grouped_mm"])
+    assert not errors and {"ours", "ours[recipe]", "hf[grouped_mm]"} <= set(built)
+    counts = train.check_same_size(built)
+    assert abs(counts["ours"] - counts["hf[grouped_mm]"]) < 10 and counts["ours"] > 1.5e9
+    assert train.recipe_plan_gib(shape)[0] > 0
+    fp8 = _load_benchmark("gpu_fp8")
+    for name, (seed, precision) in fp8.RUNS.items():
+        model, _, _ = fp8.build(fp8.SHAPE, seed, precision, meta)
+        assert model.cfg.d_model == 2560, name
+
+
+def test_steps_selects_the_steps_that_run(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "STEPS": "doctor", "DOCTOR_TIMEOUT": "300"}
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_checks.sh")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]] == ["doctor"] and summary["failed"] == []
+    assert proc.stdout.count("not in STEPS, skipped") == len(STEPS) - 1

@@ -11,6 +11,8 @@ denominator that absorbs probability mass without contributing a value (gpt-oss)
 Three paths compute the same function:
 - `flex` (CUDA): FlexAttention with a block mask, so skipped blocks cost nothing; a learned sink
   rescales the output by sigmoid(lse - sink), which equals adding exp(sink) to the denominator.
+  Its compiled kernel needs heads of at least 16 dimensions (`FLEX_MIN_HEAD_DIM`; found on an
+  H200), so `auto` uses `blocked` on CUDA below that.
 - `blocked` (default elsewhere): queries in blocks of `block`, each attending to its block plus the
   w-1 keys before it, gathered with `unfold` — O(T·(w + block)) time and memory. FlexAttention has
   no backward on CPU (docs/attention.md), so this is the CPU training path.
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from shared.config.model import ModelConfig
 
 _BLOCK = 64
+# the compiled FlexAttention kernel refuses narrower query/key/value heads ("NYI" in inductor)
+FLEX_MIN_HEAD_DIM = 16
 
 
 def sliding_window_mask(T: int, window: int, sink_tokens: int = 0, device=None) -> Tensor:
@@ -99,9 +103,12 @@ class SlidingWindowAttention(GroupedQueryAttention):
     def forward(self, x_BTD: Tensor) -> Tensor:
         B, T, _ = x_BTD.shape
         q, k, v = self.project_qkv(x_BTD)
-        impl = self.impl
-        if impl == "auto":
-            impl = "flex" if x_BTD.is_cuda else "blocked"
+        impl = self.impl if self.impl != "auto" else auto_impl(x_BTD.is_cuda, self.head_dim)
+        if impl == "flex" and x_BTD.is_cuda and self.head_dim < FLEX_MIN_HEAD_DIM:
+            raise ValueError(
+                f"SWA impl 'flex' needs head_dim >= {FLEX_MIN_HEAD_DIM} on CUDA (compiled FlexAttention), "
+                f"got {self.head_dim}; use impl 'auto' or 'blocked'"
+            )
         o_BHTd = {"flex": self._flex, "blocked": self._blocked, "dense": self._dense}[impl](q, k, v)
         return self.wo(o_BHTd.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
@@ -144,6 +151,11 @@ class SlidingWindowAttention(GroupedQueryAttention):
             return out
         gate = torch.sigmoid(lse - self.sink_logit_H.to(lse.dtype)[None, :, None])
         return out * gate.unsqueeze(-1).to(out.dtype)
+
+
+def auto_impl(is_cuda: bool, head_dim: int) -> str:
+    """`flex` where its compiled kernel runs (CUDA, heads ≥ 16 wide), else `blocked`."""
+    return "flex" if is_cuda and head_dim >= FLEX_MIN_HEAD_DIM else "blocked"
 
 
 _FLEX = None

@@ -9,6 +9,7 @@ built there). The backend itself refuses CPU machines.
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
@@ -20,9 +21,10 @@ from shared.precision import experts as experts_mod
 from shared.precision.delayed import DelayedScalingState
 from shared.precision.matmul import _LowPrecisionBmm, lp_grouped_linear
 from shared.precision.native import NativeFp8Bmm, native_grouped_linear, native_linear, native_status
-from shared.precision.native_quant import quantize_fp8, scale_layout
+from shared.precision.native_quant import TENSOR_SCALE_FORMS, quantize_fp8, scale_layout
 from shared.precision.recipe import gemm_recipe
 from shared.precision.scaling import fake_quantize_batched
+from tests.shared.tiny_cuda import train_tiny_on_cuda
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU machine's behaviour")
 
@@ -124,6 +126,21 @@ def test_scale_layouts_are_the_ones_torch_scaled_mm_infers_its_scaling_from():
     assert scale_layout(quantize_fp8(torch.randn(1, m, k), _recipe("row").x), 0, second=False).shape == (m, 1)
 
 
+@pytest.mark.parametrize("form", TENSOR_SCALE_FORMS)
+def test_every_form_of_a_per_tensor_scale_gives_the_same_product(form):
+    # the probe may pick any of these on a GPU; here torch's CPU kernel checks they mean one thing
+    m, n, k = 48, 80, 96
+    a = quantize_fp8(torch.randn(1, m, k) * 3, _recipe("tensor").x)
+    b = quantize_fp8(torch.randn(1, n, k) / 5, _recipe("tensor").w)
+    sa, sb = scale_layout(a, 0, False, form), scale_layout(b, 0, True, form)
+    assert sa.numel() in (1, m) and sb.numel() in (1, n)
+    got = torch._scaled_mm(a.data[0], b.data[0].t(), sa, sb, out_dtype=torch.float32)
+    want = a.dequantize()[0] @ b.dequantize()[0].t()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="tensor_form must be one of"):
+        scale_layout(a, 0, False, "vector")
+
+
 @pytest.mark.parametrize("granularity", ["tensor", "row"])
 @pytest.mark.parametrize("grad_format", ["e4m3", "e5m2"])
 def test_native_gemms_equal_the_emulation_forward_and_both_backward_on_cpu(granularity, grad_format):
@@ -202,6 +219,7 @@ def test_native_status_accepts_the_fp8_recipes_on_this_gpu(granularity):
 @pytest.mark.parametrize("granularity", GPU_RECIPES)
 def test_native_gemms_match_the_emulation_to_fp8_rounding_on_the_gpu(granularity):
     recipe = _recipe(granularity)
+    assert native_status(PrecisionConfig(expert="fp8", fp8_granularity=granularity), "fp8") is None  # as a model build does
     gen = torch.Generator(device="cuda").manual_seed(4)
     x, w, dy = (torch.randn(3, 300, 512, device="cuda", generator=gen).bfloat16(),
                 torch.randn(3, 640, 512, device="cuda", generator=gen).bfloat16(),
@@ -220,7 +238,9 @@ def test_native_gemms_match_the_emulation_to_fp8_rounding_on_the_gpu(granularity
 def test_native_delayed_scaling_matches_the_emulation_on_the_gpu():
     from shared.precision.delayed import DelayedParams
 
-    recipe = gemm_recipe(PrecisionConfig(expert="fp8", fp8_granularity="tensor", fp8_scaling="delayed"), "fp8")
+    precision = PrecisionConfig(expert="fp8", fp8_granularity="tensor", fp8_scaling="delayed")
+    assert native_status(precision, "fp8") is None  # as a model build does: picks the per-tensor scale form
+    recipe = gemm_recipe(precision, "fp8")
     states = [DelayedScalingState(2, DelayedParams(16)).cuda() for _ in range(2)]
     for step in range(3):
         x = torch.randn(2, 128, 256, device="cuda") * (step + 1)
@@ -249,26 +269,24 @@ def test_native_grouped_experts_match_the_emulation_on_the_gpu(granularity):
         assert float((g - r).norm() / r.norm()) < 2.0**-6
 
 
+def _train_tiny_on_cuda(*precision: str) -> tuple[list[float], dict]:
+    losses, model = train_tiny_on_cuda(*precision, "model.moe.dispatch_backend=grouped_mm")
+    return losses, model.precision_backends
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["native", "auto"])
-def test_tiny_model_trains_on_native_fp8_and_reports_the_backend(backend):
+def test_tiny_model_trains_on_native_fp8_as_bf16_does_and_reports_the_backend(backend):
     if backend == "auto" and experts_mod.te_status() is None:
         pytest.skip("transformer-engine is installed here: auto picks te")
-    cfg = _cfg("model.moe.precision.expert=fp8", "model.moe.precision.dense=fp8",
-               f"model.moe.precision.backend={backend}", "model.moe.dispatch_backend=grouped_mm",
-               "model.d_model=128", "model.moe.expert_hidden=128")
-    torch.manual_seed(0)
-    model = MoETransformer(cfg.model).cuda()
-    assert model.precision_backends["expert"]["backend"] == "native"
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    tokens = torch.randint(0, 256, (8, 65), device="cuda")
-    losses = []
-    for _ in range(20):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits, aux = model(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 256), tokens[:, 1:].reshape(-1))
-        opt.zero_grad()
-        (loss + aux["aux_loss"]).backward()
-        opt.step()
-        losses.append(float(loss))
-    assert all(map(torch.isfinite, map(torch.tensor, losses))) and losses[-1] < losses[0] - 0.5
+    # bf16 first: trained after the fp8 model in one process it went non-finite on an H200, a fault
+    # of the bf16 step itself (docs/gpu/README.md) that tests/shared/model/test_cuda_training.py owns
+    bf16, _ = _train_tiny_on_cuda()
+    fp8, backends = _train_tiny_on_cuda("model.moe.precision.expert=fp8", "model.moe.precision.dense=fp8",
+                                        f"model.moe.precision.backend={backend}")
+    assert backends["expert"]["backend"] == "native" and backends["dense"]["backend"] == "native"
+    assert all(math.isfinite(v) for v in fp8)
+    # the reference's own progress sets the bar (a first H200 run fell 0.48 in 20 steps at this lr)
+    assert bf16[0] - bf16[-1] > 0.2, bf16
+    assert fp8[0] - fp8[-1] > 0.8 * (bf16[0] - bf16[-1]), (fp8, bf16)
+    assert abs(fp8[-1] - bf16[-1]) < 0.15, (fp8[-1], bf16[-1])

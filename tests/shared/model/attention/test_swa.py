@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from shared.model.attention import build_attention
+from shared.model.attention.swa import auto_impl
 
 
 def test_swa_with_window_at_least_T_equals_full_causal_gqa(make_cfg):
@@ -61,10 +62,31 @@ def test_small_window_differs_from_full_attention(make_cfg):
     torch.testing.assert_close(m(x)[:, :4], y_small[:, :4])
 
 
+def test_auto_uses_flex_only_where_its_compiled_kernel_runs():
+    assert auto_impl(True, 16) == "flex" and auto_impl(True, 128) == "flex"
+    assert auto_impl(True, 8) == "blocked"  # the tiny recipe's heads: inductor refuses them
+    assert auto_impl(False, 128) == "blocked"  # no FlexAttention backward on CPU
+
+
+@pytest.mark.gpu
+def test_narrow_heads_on_cuda_train_through_auto_and_refuse_flex(make_cfg):
+    torch.manual_seed(0)
+    cfg = make_cfg("swa")  # 32 wide, 4 heads: head_dim 8
+    cfg.attention.swa.window = 16
+    m = build_attention(cfg, 0).cuda()
+    x = torch.randn(2, 96, cfg.d_model, device="cuda")
+    y_auto = m(x)
+    m.impl = "dense"
+    torch.testing.assert_close(y_auto, m(x), rtol=2e-3, atol=2e-3)
+    m.impl = "flex"
+    with pytest.raises(ValueError, match="head_dim >= 16"):
+        m(x)
+
+
 @pytest.mark.gpu
 def test_flex_swa_matches_dense_on_cuda(make_cfg):
     torch.manual_seed(0)
-    cfg = make_cfg("swa", max_seq_len=512)
+    cfg = make_cfg("swa", max_seq_len=512, d_model=64)  # heads of 16: the compiled kernel's minimum
     cfg.attention.swa.window = 48
     cfg.attention.swa.sink_tokens = 4
     cfg.attention.swa.learned_sinks = True
