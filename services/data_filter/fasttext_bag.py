@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from services.data_filter.fasttext_tree import top_labels
+
 _MAGIC, _VERSION = 793712314, 12
 _LOSS_HS, _LOSS_SOFTMAX = 1, 3
 _KSUB = 256  # centroids per sub-quantizer in fastText's product quantizer
@@ -177,6 +179,7 @@ class BagClassifier:
         count = list(counts) + [10**15] * (n - 1)
         parent, right = [-1] * (2 * n - 1), [False] * (2 * n - 1)
         leaf, node = n - 1, n
+        children: list[list[int]] = []  # inner node i's (left, right), in fastText's node numbering
         for i in range(n, 2 * n - 1):
             pick = []
             for _ in range(2):
@@ -189,6 +192,7 @@ class BagClassifier:
             count[i] = count[pick[0]] + count[pick[1]]
             parent[pick[0]] = parent[pick[1]] = i
             right[pick[1]] = True
+            children.append(pick)
         rows, dirs, starts = [], [], []
         for label in range(n):
             starts.append(len(rows))
@@ -201,6 +205,9 @@ class BagClassifier:
         self._path_terms = np.asarray(rows, dtype=np.intp) + (n - 1) * np.asarray(dirs, dtype=np.intp)
         self._path_starts = np.asarray(starts, dtype=np.intp)
         inner = self.output[: n - 1].astype(np.float64)
+        self._inner = np.ascontiguousarray(inner)
+        self._children = np.asarray(children, dtype=np.int64).reshape(n - 1, 2)
+        self._depth = int(np.diff(np.append(self._path_starts, len(rows))).max())
         # one product gives both branches: exp(-x) over [-inner; inner] h is 1 / (1 - p) - 1 and 1 / p - 1
         self._branches = np.concatenate((inner, -inner))
 
@@ -309,8 +316,8 @@ class BagClassifier:
 
     # prediction -------------------------------------------------------------------------------
 
-    def hidden(self, text: str, words: list[str] | None = None) -> np.ndarray | None:
-        """The average input row of the text read as one line (None when it has no row at all).
+    def _doc_slots(self, text: str, words: list[str] | None) -> np.ndarray:
+        """Cache slots of the text's tokens read as one line, the end-of-line token last.
 
         fastText predicts one line at a time, so callers replace newlines by spaces; splitting on
         them here gives the same tokens without that copy of the text. `words`, when the caller
@@ -326,8 +333,11 @@ class BagClassifier:
         else:
             tokens = text.split() if words is None else words.copy()
         tokens.append(_EOS)  # fastText reads the line's end as one more token
-        slots = self._slots(tokens)  # before reading self._sums: filling the cache may grow it
-        total = self._sums[slots].sum(axis=0)
+        return self._slots(tokens)  # before anyone reads self._sums: filling the cache may grow it
+
+    def hidden(self, text: str, words: list[str] | None = None) -> np.ndarray | None:
+        """The average input row of the text read as one line (None when it has no row at all)."""
+        total = self._sums[self._doc_slots(text, words)].sum(axis=0)
         if total[-1] == 0:
             return None
         return total[:-1] / total[-1]
@@ -353,6 +363,10 @@ class BagClassifier:
 
         `words` is `text.split()` when the caller already has it (see `hidden`).
         """
+        if self.loss == _LOSS_HS:  # the compiled form of log_probs and the sort (fasttext_tree.py)
+            slots = self._doc_slots(text, words)
+            top, scores = top_labels(self._sums, slots, self._inner, self._children, self._depth, k, _LOG_FLOOR)
+            return [(self.labels[i], float(np.exp(s))) for i, s in zip(top.tolist(), scores.tolist(), strict=True)]
         scores = self.log_probs(text, words)
         if scores is None:
             return []

@@ -38,6 +38,7 @@ import numpy as np
 
 from services.data_filter.lm.kneser_ney import BOS
 from services.data_filter.lm.ngram import Encoded, NgramModel
+from services.data_filter.lm.order_kernel import order_statistics
 
 FIRST_ROUND = 8
 DECIDED_ABOVE, DECIDED_BELOW = 6.0, 0.0
@@ -71,13 +72,8 @@ def order_z(model: NgramModel, enc: Encoded, doc_id: str, permutations: int = 64
         # every row's shuffle in one call: the same draws as one rng.permutation per row
         shuffled = rng.permuted(np.tile(np.arange(len(movable)), (rows - moved, 1)), axis=1)
         order[moved:, movable] = movable[shuffled]
-        first, last, own_first, own_last = (a[order] for a in arrays)
-        lp = model.bigram_logprob(last[:, inner].ravel(), first[:, inner + 1].ravel()).reshape(rows, -1).sum(axis=1)
-        heads = first[:, starts].ravel()
-        lp += model.bigram_logprob(np.full(heads.size, model.ids[BOS]), heads).reshape(rows, -1).sum(axis=1)
-        pairs = np.sort(own_last[:, inner] * width + own_first[:, inner + 1], axis=1)
-        repeats = (pairs[:, 1:] == pairs[:, :-1]).sum(axis=1).astype(np.float64)
-        return np.stack([lp, 2.0 * np.sqrt(repeats + 0.375)], axis=1)  # Anscombe: a count's skew taken out
+        return order_statistics(order, *arrays, inner, starts, model.keys2, model.p2, model.bo1, model.p1,
+                                model.vocab_size, model.ids[BOS], width)
 
     stats = statistics(1 + min(FIRST_ROUND, permutations), with_original=True)
     z = max(_z(stats[:, 0]), _z(stats[:, 1], floor=1.0))

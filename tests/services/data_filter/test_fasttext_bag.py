@@ -167,3 +167,17 @@ def test_a_file_that_is_not_a_fasttext_model_is_refused_with_its_name(tmp_path):
     cut.write_bytes(default_model_path().read_bytes()[:50_000])  # a download that stopped half-way
     with pytest.raises(ValueError, match="cut.ftz.*ends inside the model"):
         load_model(str(cut))
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, 176])
+def test_the_pruned_tree_search_gives_the_labels_and_sums_of_scoring_every_leaf(lid176, k):
+    """`predict` searches only the part of the tree that can hold the top k; `log_probs` scores every
+    leaf in numpy: the same labels in the same order (ties to the lower index) and the same sums."""
+    bag, _ = lid176
+    floor = float(np.log(1e-5))
+    for text in demo_texts(40) + EDGES:
+        scores = bag.log_probs(text)
+        want = [] if scores is None else [i for i in np.argsort(-scores, kind="stable")[:k] if scores[i] >= floor]
+        got = bag.predict(text, k=k)
+        assert [lab for lab, _ in got] == [bag.labels[i] for i in want], text[:80]
+        np.testing.assert_allclose([p for _, p in got], [np.exp(scores[i]) for i in want], rtol=1e-12, atol=0)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from services.data_filter.filters.perplexity import PerplexityFilter, fold_of
+from services.data_filter.lm.kneser_ney import BOS
+from services.data_filter.lm.order_kernel import order_statistics
 from services.data_filter.lm.word_order import order_z
 from shared.config.filters import PerplexityConfig
 from tests.services.data_filter import realtext
@@ -79,3 +82,40 @@ def test_gibberish_has_nothing_to_order_and_the_test_is_deterministic():
     first = filt.score(models[fold_of(i)], i, t, "en")
     assert filt.score(models[fold_of(i)], i, t, "en") == first  # permutations seeded by the document id
     assert math.isnan(filt.score(models[0], "two", "two words", "en").order_z)  # nothing to permute
+
+
+def _plain_statistics(model, enc, order: np.ndarray, inner: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The two statistics in numpy, as the test states them: gathers, `bigram_logprob`, a row-wise sort."""
+    m = order.shape[1]
+    first, last, own_first, own_last = (a[:m][order] for a in (enc.unit_first, enc.unit_last, enc.own_first, enc.own_last))
+    rows = len(order)
+    lp = model.bigram_logprob(last[:, inner].ravel(), first[:, inner + 1].ravel()).reshape(rows, -1).sum(axis=1)
+    heads = first[:, starts].ravel()
+    lp += model.bigram_logprob(np.full(heads.size, model.ids[BOS]), heads).reshape(rows, -1).sum(axis=1)
+    pairs = np.sort(own_last[:, inner] * width + own_first[:, inner + 1], axis=1)
+    repeats = (pairs[:, 1:] == pairs[:, :-1]).sum(axis=1).astype(np.float64)
+    return np.stack([lp, 2.0 * np.sqrt(repeats + 0.375)], axis=1)
+
+
+def test_compiled_statistics_equal_the_numpy_statement_on_real_and_shuffled_pages():
+    docs = _group("wiki", "en", 80)
+    _, models = _fit(docs, "en")
+    model = models[0]
+    rng = np.random.default_rng(0)
+    checked = 0
+    texts = [t for _, t in docs[:30]] + [realtext.shuffled(t, random.Random(3)) for _, t in docs[:10]]
+    for t in texts:
+        enc = model.encode(t, "en")
+        m = min(len(enc.line_of_unit), 2000)
+        line = enc.line_of_unit[:m]
+        same_line = line[1:] == line[:-1]
+        inner = np.flatnonzero(same_line)
+        starts = np.flatnonzero(np.insert(~same_line, 0, True))
+        width = int(max(enc.own_first[:m].max(), enc.own_last[:m].max())) + 1
+        order = np.stack([np.arange(m)] + [rng.permutation(m) for _ in range(8)])
+        got = order_statistics(order, enc.unit_first[:m], enc.unit_last[:m], enc.own_first[:m], enc.own_last[:m],
+                               inner, starts, model.keys2, model.p2, model.bo1, model.p1, model.vocab_size,
+                               model.ids[BOS], width)
+        np.testing.assert_allclose(got, _plain_statistics(model, enc, order, inner, starts, width), rtol=1e-12, atol=1e-9)
+        checked += 1
+    assert checked == 40

@@ -52,13 +52,8 @@ def test_repetition_top_2gram_edge():
 
 
 def test_repetition_duplicated_5gram_edge_and_greedy_count():
-    from services.data_filter.filters.repetition import dup_ngram_chars
-
     w = words(5)
     seq = w + words(30, 100) + w  # one repeated 5-gram
-    repeated = [False] * (len(seq) - 4)
-    repeated[0] = repeated[-1] = True
-    assert dup_ngram_chars(seq, 5, repeated) == sum(map(len, w))
     dup_chars = sum(map(len, w))
     text = " ".join(seq)
     frac = dup_chars / len(text)
@@ -79,14 +74,14 @@ def test_real_prose_passes_all_default_prose_rules():
         assert f.check(d) is None, f.name
 
 
-def reference_ngram_verdict(words: list[str], size: int, cfg: RepetitionConfig) -> str | None:
+def reference_ngram_verdict(words: list[str], size: int, cfg: RepetitionConfig, joins: bool = True) -> str | None:
     """Gopher's n-gram rules written out plainly: an n-gram Counter per n, the greedy scan over every position."""
     from collections import Counter
 
     for n, frac in sorted(cfg.top_ngram_max_frac.items()):
         if len(words) >= n:
             gram, count = Counter(zip(*(words[i:] for i in range(n)), strict=False)).most_common(1)[0]
-            if (sum(map(len, gram)) + n - 1) * count / size > frac:
+            if (sum(map(len, gram)) + (n - 1) * joins) * count / size > frac:
                 return "top_ngram"
     for n, frac in sorted(cfg.dup_ngram_max_frac.items()):
         grams = list(zip(*(words[i:] for i in range(n)), strict=False))
@@ -122,3 +117,41 @@ def test_ngram_rules_equal_the_plain_reading_on_repetitive_random_text():
         assert f.check(doc(text)) == expected, text
         verdicts.add(expected)
     assert verdicts == {None, "top_ngram", "dup_ngram"}  # every branch met
+
+
+def test_compiled_counts_equal_the_plain_reading_with_and_without_joins():
+    """The kernel on its own: units without spaces (zh, ja) count no joins; ties between equally
+    frequent top n-grams of different lengths go to the earliest, as `Counter.most_common` does."""
+    import random
+
+    import numpy as np
+
+    from services.data_filter.filters.ngram_repeats import DUP_NGRAM, TOP_NGRAM, NgramRules
+    from services.data_filter.filters.repetition import word_ids
+
+    rng = random.Random(5)
+    cfg = RepetitionConfig()
+    rules = NgramRules(cfg.top_ngram_max_frac, cfg.dup_ngram_max_frac)
+    names = {0: None, TOP_NGRAM: "top_ngram", DUP_NGRAM: "dup_ngram"}
+    vocab = ["我", "们", "的", "是", "中国", "人民", "a", "bbb", "cc"]
+    seen = set()
+    for _ in range(2000):
+        units = [rng.choice(vocab[: rng.randint(2, len(vocab))]) for _ in range(rng.randint(1, 60))]
+        if rng.random() < 0.5 and len(units) > 12:
+            s, k = rng.randrange(len(units) - 10), rng.randint(5, 10)
+            units = units[: s + k] + units[s : s + k] * rng.randint(1, 3) + units[s + k :]
+        joins = rng.random() < 0.5
+        size = sum(map(len, units)) + (len(units) - 1) * joins + rng.randint(0, 40)
+        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+        got = names[rules.verdict(word_ids(units), lengths, size, joins)]
+        assert got == reference_ngram_verdict(units, size, cfg, joins), (units, size, joins)
+        seen.add(got)
+    assert seen == {None, "top_ngram", "dup_ngram"}
+    # a tie: "c d" and "aaaa bb" both occur twice; the first seen counts (3 characters twice, not 7)
+    units = ["c", "d", "aaaa", "bb", "c", "d", "q", "aaaa", "bb"]
+    lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+    tie = RepetitionConfig(top_ngram_max_frac={2: 0.1}, dup_ngram_max_frac={})
+    assert reference_ngram_verdict(units, 100, tie) is None  # 6 / 100, where "aaaa bb" would give 14 / 100
+    assert NgramRules({2: 0.1}, {}).verdict(word_ids(units), lengths, 100, True) == 0
+    assert NgramRules({2: 0.05}, {}).verdict(word_ids(units), lengths, 100, True) == TOP_NGRAM
+    assert NgramRules({2: 0.0}, {}).verdict(word_ids(units[:1]), lengths[:1], 4, True) == 0  # fewer words than n
