@@ -75,14 +75,14 @@ class RepetitionFilter(Filter):
 
     def __init__(self, cfg: RepetitionConfig, chain=None):
         super().__init__(cfg, chain)
-        self._rules: dict[tuple, NgramRules] = {}
+        self._rules: dict[str | None, NgramRules] = {}
 
-    def _ngram_rules(self, c: RepetitionConfig) -> NgramRules:
-        """The kernel's arrays for these settings (one set per language profile, built once)."""
-        key = (tuple(sorted(c.top_ngram_max_frac.items())), tuple(sorted(c.dup_ngram_max_frac.items())))
-        if key not in self._rules:
-            self._rules[key] = NgramRules(c.top_ngram_max_frac, c.dup_ngram_max_frac)
-        return self._rules[key]
+    def _ngram_rules(self, doc: Doc, c: RepetitionConfig) -> NgramRules:
+        """The kernel's arrays for the document language's settings (built once per language, as they are)."""
+        lang = doc.meta.get("language")
+        if lang not in self._rules:
+            self._rules[lang] = NgramRules(c.top_ngram_max_frac, c.dup_ngram_max_frac)
+        return self._rules[lang]
 
     def check(self, doc: Doc) -> str | None:
         c = self.settings_for(doc)
@@ -110,7 +110,7 @@ class RepetitionFilter(Filter):
         if doc.markup and len(words) < c.min_prose_words:
             doc.skip("ngrams_prose_too_short")  # a short docstring's top bigram is noise, not repetition
             return v.result
-        rules = self._ngram_rules(c)
+        rules = self._ngram_rules(doc, c)
         if rules and words:
             lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
             found = rules.verdict(word_ids(words), lengths, size, languages.has_spaces(doc.language))
