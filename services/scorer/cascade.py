@@ -26,7 +26,7 @@ import torch
 from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.calibrate import POOLED
 from services.scorer.features import pad_seqs
-from services.scorer.heads import HEADS_VERSION, Judge, Probe
+from services.scorer.heads import HEADS_VERSION, HeadEnsemble, Judge, Probe
 from services.scorer.rubrics import rubric_for
 from services.scorer.windows import (
     WindowReader,
@@ -53,12 +53,19 @@ def build_heads(blob: dict, width: int) -> dict:
     heads = {}
     for name, h in blob["rubrics"].items():
         n = len(h["dims"])
-        probe = Probe(width, n)
-        probe.load_state_dict(h["probe"])
-        judge = Judge(width, n, **h["judge_cfg"])
-        judge.load_state_dict(h["judge"])
+        probe = _loaded(h["probe"], Probe, width, n)
+        judge = _loaded(h["judge"], Judge, width, n, **h["judge_cfg"])
         heads[name] = (probe.eval(), judge.eval())
     return heads
+
+
+def _loaded(state: dict | list[dict], cls: type[torch.nn.Module], *args, **kwargs) -> torch.nn.Module:
+    """One head from its state dict, or the mean of an ensemble from its members' (`heads.members`)."""
+    heads = []
+    for one in [state] if isinstance(state, dict) else state:
+        heads.append(cls(*args, **kwargs))
+        heads[-1].load_state_dict(one)
+    return heads[0] if isinstance(state, dict) else HeadEnsemble(heads)
 
 
 def reader_for(bb: LayerwiseBackbone, meta: dict) -> WindowReader:

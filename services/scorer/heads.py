@@ -72,6 +72,43 @@ class Probe(nn.Module):
         return self.out(torch.cat([pooled_BD, stats_BF.to(pooled_BD.dtype)], 1))
 
 
+class HeadEnsemble(nn.Module):
+    """Several Probes or Judges trained alike from different initial weights, read as their mean.
+
+    Why: a head is fitted to a few hundred labels, so where it puts a document it has not seen
+    depends on its initial weights as much as on the document. The spread between head seeds is
+    as large as the effects the pairs benchmark measures (a shuffled copy against its source,
+    lab log), and a mean of k members shrinks that part of the error by about √k while costing
+    k head evaluations (the backbone, which dominates scoring, runs once). Same interface as one
+    head, so training, calibration and the cascade do not change.
+    """
+
+    def __init__(self, members: list[nn.Module]) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("an ensemble needs at least one head")
+        self.members = nn.ModuleList(members)
+        self.pool = getattr(members[0], "pool", 1)
+
+    def _mean(self, method: str, *args):
+        outs = [getattr(m, method)(*args) for m in self.members]
+        if isinstance(outs[0], tuple):
+            return tuple(torch.stack(parts).mean(0) for parts in zip(*outs, strict=True))
+        return torch.stack(outs).mean(0)
+
+    def forward(self, *args) -> torch.Tensor:
+        return self._mean("forward", *args)
+
+    def forward_pooled(self, pooled_BD: torch.Tensor, stats_BF: torch.Tensor) -> torch.Tensor:
+        return self._mean("forward_pooled", pooled_BD, stats_BF)
+
+    def forward_segments(self, *args) -> torch.Tensor:
+        return self._mean("forward_segments", *args)
+
+    def forward_parts(self, *args) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._mean("forward_parts", *args)
+
+
 def pool_tokens(p: int, x_BTD, probe_BTD, bucket_BT, rep_BT, mask_BT):
     """Mean of every `p` consecutive tokens (padding excluded): the Judge attends over T/p segments.
 

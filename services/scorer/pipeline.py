@@ -127,14 +127,18 @@ def train_stage(cfg) -> dict:
         rep = {"features_cached": bool(feats["cached"]), "n": len(y),
                "read_fraction_mean": float(feats["coverage"].mean())}
         # the epoch budget of both heads; a head that stops early jumps to its budget's end
-        with progress_bar(2 * hcfg.max_epochs, f"train {name}", unit="epoch") as bar:
+        with progress_bar(2 * hcfg.members * hcfg.max_epochs, f"train {name}", unit="epoch") as bar:
             pairs = tuple(source_pairs(g["group"], g["degradation"], split[k]) for k in ("train", "val"))
             rep["pairs"] = {"train": len(pairs[0]), "val": len(pairs[1])}
             for kind in ("probe", "judge"):
-                res = train_head(kind, feats, y, split["train"], split["val"], hcfg, bb.width, bar, pairs)
-                entry[kind] = res.head.state_dict()
-                rep[kind] = {"best_epoch": res.best_epoch, "epochs_run": res.epochs_run,
-                             "best_val_mse": res.best_val_loss}
+                runs = [train_head(kind, feats, y, split["train"], split["val"], hcfg, bb.width, bar, pairs, member=k)
+                        for k in range(hcfg.members)]
+                # one head is stored as its state dict; an ensemble as the list of its members'
+                entry[kind] = runs[0].head.state_dict() if len(runs) == 1 else [r.head.state_dict() for r in runs]
+                rep[kind] = {"best_epoch": [r.best_epoch for r in runs], "epochs_run": [r.epochs_run for r in runs],
+                             "best_val_mse": [r.best_val_loss for r in runs]}
+                if len(runs) == 1:
+                    rep[kind] = {k: v[0] for k, v in rep[kind].items()}
         blob["rubrics"][name] = entry
         report["rubrics"][name] = rep
     path = Path(scfg.out_dir) / HEADS_FILE

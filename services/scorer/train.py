@@ -131,15 +131,19 @@ def _objective(head, kind, feats, targets, rows, pairs, hcfg) -> float:
 
 
 def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray, hcfg,
-               width: int, progress=None, pairs: tuple[np.ndarray, np.ndarray] | None = None) -> TrainResult:
+               width: int, progress=None, pairs: tuple[np.ndarray, np.ndarray] | None = None,
+               member: int = 0) -> TrainResult:
     """Fit a Probe (`kind='probe'`) or Judge (`kind='judge'`) on targets in [0, 1].
 
     `pairs` (train pairs, val pairs of (source, degraded copy) rows, `source_pairs`) add
     `heads.pair_weight` × a margin hinge that ranks each copy below its source: the oracle's
     integer labels often tie a document and its copy (both round to the same rubric points), so
     MSE alone teaches little about the difference. Each step draws as many pairs as documents.
+    `member` k of an ensemble (`heads.members`) starts from seed `heads.seed + k` (initial weights
+    and batch order); the split stays the one `heads.seed` drew.
     """
-    torch.manual_seed(hcfg.seed)
+    seed = hcfg.seed + member
+    torch.manual_seed(seed)
     n_dims = targets.shape[1]
     head = Probe(width, n_dims) if kind == "probe" else Judge(width, n_dims, hcfg.judge_dim, hcfg.judge_layers,
                                                               hcfg.judge_heads, pool=getattr(hcfg, "judge_pool", 1),
@@ -153,7 +157,7 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
                   {"params": [p for n, p in named if not n.startswith(Judge.SKIP_PREFIX)], "lr": hcfg.judge_lr}]
     opt = torch.optim.AdamW(groups, weight_decay=hcfg.weight_decay)
     y = torch.as_tensor(targets, dtype=torch.float32)
-    rng = np.random.default_rng(hcfg.seed)
+    rng = np.random.default_rng(seed)
     best = (float("inf"), 0, copy.deepcopy(head.state_dict()))
     history = []
     epoch = 0

@@ -127,6 +127,11 @@ class HeadsConfig(Section):
     val_fraction: float = Field(0.15, gt=0, lt=0.5, description="Labelled documents held out for early stopping.")
     test_fraction: float = Field(0.2, gt=0, lt=0.5, description="Labelled documents held out for calibration and the report.")
     seed: int = Field(0, ge=0, description="Seed for splits and head initialisation.")
+    members: int = Field(
+        1, ge=1, le=32,
+        description="Probes and Judges trained per rubric from seeds `seed`, `seed`+1, …, each head read as their "
+        "mean: less of a head's verdict comes from its initial weights, for k head passes (the backbone runs once).",
+    )
 
     @model_validator(mode="after")
     def _window_fits_budget(self) -> HeadsConfig:
