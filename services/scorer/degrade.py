@@ -7,7 +7,7 @@ clean document above its degraded copies. Every function is deterministic given 
 
 | kind | for | what it does |
 |---|---|---|
-| `order` | prose | shuffles the sentences, keeping the number of sentences per paragraph |
+| `order` | prose | shuffles the sentences but the last, keeping the number of sentences per paragraph |
 | `spelling` | prose | a typo (swap, drop, double or replace a letter) in 10% of words of 3+ letters |
 | `spam` | prose | inserts 3 lines of marketing spam between paragraphs or sentences |
 | `truncation` | prose | cuts the last 30% of characters off, mid-sentence |
@@ -23,7 +23,8 @@ import re
 from collections.abc import Callable
 
 from services.scorer.oracle.code_signals import KEYWORDS, code_language
-from services.scorer.oracle.text_units import paragraphs
+from services.scorer.oracle.prose_signals import cohesion
+from services.scorer.oracle.text_units import paragraphs, sentences
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？])\s+")
 SPAM_LINES = (
@@ -39,13 +40,24 @@ def _sentences_by_paragraph(text: str) -> list[list[str]]:
 
 
 def shuffle_sentences(text: str, rng: random.Random) -> str:
+    """The sentences in a new order; the last one stays last.
+
+    Why the last stays: a copy must differ from its source by one defect. Moving the last sentence
+    also changes how the document ends, and in the demo sample a third of the documents end
+    without terminal punctuation (a formula, a heading, a cut page): shuffled whole, such a copy
+    usually ends on a finished sentence, which the oracle and the heads both reward, and the
+    labelled order pairs taught that a shuffle raises quality as often as it lowers it (lab log).
+    A cut ending is the `truncation` kind's defect.
+    """
     paras = _sentences_by_paragraph(text)
     flat = [s for p in paras for s in p]
+    last = flat.pop() if flat else None
     original = list(flat)
     for _ in range(10):
         rng.shuffle(flat)
         if flat != original:
             break
+    flat += [last] if last is not None else []
     out, i = [], 0
     for p in paras:
         out.append(" ".join(flat[i : i + len(p)]))
@@ -141,3 +153,23 @@ def kinds_for(doc_kind: str) -> list[str]:
 
 def degrade(text: str, kind: str, rng: random.Random) -> str:
     return DEGRADATIONS[kind][1](text, rng)
+
+
+# A shuffle needs sentences to move (five, the last staying) and an order to lose: adjacent
+# sentences that share words more than any two do (the oracle's `cohesion`, in standard deviations).
+MIN_ORDER_SENTENCES = 6
+MIN_ORDER_COHESION = 0.2
+
+
+def can_carry(text: str, kind: str) -> bool:
+    """Whether planting `kind` in `text` makes a copy that is worse in a way one can read off the text.
+
+    Only `order` has a condition. Shuffling a two-line fortune, a formal proof whose steps share no
+    words, or a list of unrelated articles gives a copy that neither the oracle nor any statistic
+    of the text can tell from its source: in the demo's labelled sample such copies were two
+    thirds of the order pairs, and they taught the heads that a shuffle costs nothing (lab log).
+    """
+    if kind != "order":
+        return True
+    n = sum(len(p) for p in _sentences_by_paragraph(text))
+    return n >= MIN_ORDER_SENTENCES and cohesion(sentences(text)) >= MIN_ORDER_COHESION

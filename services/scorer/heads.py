@@ -1,8 +1,8 @@
 """Probe and Judge heads over the windows of a whole document (windows.py).
 
-Probe: masked mean-pool of the layer-L_probe states of every token it reads → Linear(width + 4 →
+Probe: masked mean-pool of the layer-L_probe states of every token it reads → Linear(width + 5 →
 n_dims), the extra inputs being the document's `doc_stats` (log length, fraction of tokens in a
-repeated 8-gram, unfinished ending, sentence cohesion: windows.py, token_stats.py). Cheap enough
+repeated 8-gram, unfinished ending, sentence cohesion, opening heading: windows.py, token_stats.py). Cheap enough
 to run on every document; its job is to drop the clearly bad ones before the expensive layers.
 
 Judge: the tokens of all windows, concatenated and mean-pooled in segments of `judge_pool` tokens
@@ -59,7 +59,7 @@ def masked_mean(x_BTD: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
 
 # Bump when a head's architecture or its inputs change: the pipeline's distill stage keys on it,
 # so an existing run directory retrains its heads instead of loading weights of another design.
-HEADS_VERSION = 5
+HEADS_VERSION = 6
 
 
 class Probe(nn.Module):

@@ -18,7 +18,7 @@ import torch
 from services.scorer.backbone import LayerwiseBackbone
 from services.scorer.calibrate_stage import calibrate_stage
 from services.scorer.cascade import HEADS_FILE
-from services.scorer.degrade import degrade, kinds_for
+from services.scorer.degrade import can_carry, degrade, kinds_for
 from services.scorer.heads import HEADS_VERSION
 from services.scorer.io import write_parquet_atomic
 from services.scorer.label_cache import LabelCache
@@ -43,27 +43,65 @@ __all__ = ["calibrate_stage", "degraded_copies", "label_stage", "train_stage"]
 log = logging.getLogger(__name__)
 
 
-def degraded_copies(sample: list[dict], fraction: float, seed: int) -> tuple[list[dict], int]:
+def degraded_copies(sample: list[dict], fraction: float, seed: int) -> tuple[list[dict], dict[str, int]]:
     """`round(fraction · len(sample))` degraded copies of sampled documents (degrade.py), kinds in turn.
 
     Each copy has id `<id>~<kind>`, `group` = its source document's id (train.py keeps a group in
-    one split) and `degradation` = the kind. Returns the copies and how many were skipped because
-    the degradation left the text unchanged (e.g. collapsing a one-line file).
+    one split) and `degradation` = the kind. Kinds are dealt to the documents in a seeded order;
+    a document that cannot carry its kind (`degrade.can_carry`: a shuffle needs sentences with an
+    order to lose) trades kinds with the next document that can carry it and whose own kind it
+    can take, so every kind keeps its share of the copies and lands where it damages something.
+    Returns the copies and the skips by reason: `unchanged` (the degradation left the text as it
+    was, e.g. collapsing a one-line file) and `no_carrier` (no document left could take the kind).
     """
     rng = random.Random(seed + 7)
     n = int(round(fraction * len(sample)))
     order = rng.sample(range(len(sample)), len(sample)) if sample else []
-    copies, unchanged = [], 0
+    plan = []
     for i in range(n):
         doc = sample[order[i % len(order)]]
         options = kinds_for(doc["kind"])
-        kind = options[(i + i // len(order)) % len(options)]
+        plan.append([doc, options[(i + i // len(order)) % len(options)]])
+    skipped = {"unchanged": 0, "no_carrier": 0}
+    copies = []
+    for doc, kind in _dealt_to_carriers(plan):
+        if kind is None:
+            skipped["no_carrier"] += 1
+            continue
         text = degrade(doc["text"], kind, random.Random(f"{seed}:{doc['id']}:{kind}"))
         if text == doc["text"] or not text.strip():
-            unchanged += 1
+            skipped["unchanged"] += 1
             continue
         copies.append({**doc, "id": f"{doc['id']}~{kind}", "text": text, "group": doc["id"], "degradation": kind})
-    return copies, unchanged
+    return copies, skipped
+
+
+def _dealt_to_carriers(plan: list[list]) -> list[list]:
+    """`plan` ([document, kind] in dealing order) with kinds traded so that each document can carry
+    its kind; a kind nobody left can carry becomes None. A trade never gives a document a kind twice."""
+    carries: dict[tuple[str, str], bool] = {}
+
+    def ok(doc: dict, kind: str) -> bool:
+        key = (doc["id"], kind)
+        if key not in carries:
+            carries[key] = kind in kinds_for(doc["kind"]) and can_carry(doc["text"], kind)
+        return carries[key]
+
+    planned = {(d["id"], k) for d, k in plan}
+    for p, (doc, kind) in enumerate(plan):
+        if ok(doc, kind):
+            continue
+        for q in [*range(p + 1, len(plan)), *range(p)]:
+            other, theirs = plan[q]
+            if (theirs != kind and ok(other, kind) and ok(doc, theirs)
+                    and (other["id"], kind) not in planned and (doc["id"], theirs) not in planned):
+                planned -= {(doc["id"], kind), (other["id"], theirs)}
+                planned |= {(doc["id"], theirs), (other["id"], kind)}
+                plan[p][1], plan[q][1] = theirs, kind
+                break
+        else:
+            plan[p][1] = None
+    return plan
 
 
 def label_stage(cfg, docs: list[dict] | None = None, oracle=None) -> dict:
@@ -74,7 +112,7 @@ def label_stage(cfg, docs: list[dict] | None = None, oracle=None) -> dict:
         docs = input_docs(cfg)
     sample = docs if len(docs) <= ocfg.sample_size else random.Random(ocfg.seed).sample(docs, ocfg.sample_size)
     sample = [{**d, "group": d["id"], "degradation": ""} for d in sample]
-    copies, unchanged = degraded_copies(sample, ocfg.augment_fraction, ocfg.seed)
+    copies, skipped = degraded_copies(sample, ocfg.augment_fraction, ocfg.seed)
     to_label = sample + copies
     oracle = oracle or make_oracle(ocfg)
     oracle_desc = f"{oracle.name} (stand-in)" if oracle.is_stand_in else oracle.name
@@ -91,7 +129,8 @@ def label_stage(cfg, docs: list[dict] | None = None, oracle=None) -> dict:
         write_parquet_atomic(pa.Table.from_pylist(rows), out / LABELS_FILE)
     write_parquet_atomic(pa.Table.from_pylist(outcome.failures, schema=_failure_schema()), out / FAILURES_FILE)
     report = {"stage": "label", "oracle": oracle_desc, "oracle_model": oracle.model, "documents": len(sample),
-              "degraded_copies": len(copies), "degraded_unchanged_skipped": unchanged, **outcome.summary()}
+              "degraded_copies": len(copies), "degraded_unchanged_skipped": skipped["unchanged"],
+              "degraded_no_carrier_skipped": skipped["no_carrier"], **outcome.summary()}
     report_stage(cfg, "label", report, oracle_desc)
     return report
 

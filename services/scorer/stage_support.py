@@ -126,7 +126,7 @@ def windowing_meta(cfg, layers) -> dict:
 
 def features_meta(cfg, layers) -> dict:
     return {**windowing_meta(cfg, layers),
-            "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats(length,repeated,unfinished,cohesion)"}
+            "contents": "windows:pooled+seqs+probe_seqs+buckets+repeated+doc_stats(length,repeated,unfinished,cohesion,heading)"}
 
 
 def backbone_features(cfg, bb, reader, rubric: str, g: dict, layers) -> dict:

@@ -16,9 +16,16 @@ shuffled ones, about chance):
   WordPiece tokens). Tokens that occur in more than half of a document's sentences are left out
   (the document's own function words), so it needs no stop-word list in any language.
 
+- `opens_with_heading`: 1 when the document's first paragraph (up to the first blank line, read
+  from the layout marks windows.py writes) is a heading: at most 12 words and no sentence end,
+  with more text after it. A shuffle moves a heading into the running text and puts a body
+  sentence first, which neither cohesion nor a mean-pool sees; the oracle rubric's coherence reads
+  the same thing (prose_signals `titled`). Without layout marks there are no paragraphs to read
+  and it is 0.
+
 Word-initial tokens are those without WordPiece's `##` continuation prefix; a tokenizer without
-that convention (byte-level BPE) has every token counted. Both are read for prose only (0 for
-code, whose `.` and line ends are not sentences). Both cost a pass over token ids, no backbone
+that convention (byte-level BPE) has every token counted. All three are read for prose only (0 for
+code, whose `.` and line ends are not sentences). They cost a pass over token ids, no backbone
 compute. They are statistics of the text, not of the oracle: with an LLM oracle the heads learn
 from its labels how much each one is worth.
 """
@@ -31,10 +38,11 @@ from collections import Counter
 SENTENCE_ENDS = (".", "!", "?", "。", "！", "？", "…")
 CLOSERS = ('"', "'", ")", "]", "»", "”", "’", "」", "』")
 MIN_SENTENCES = 4  # below this there are too few pairs to compare adjacent against all
+HEADING_WORDS = 12  # a first paragraph this short without a sentence end is a heading (as the oracle's `titled`)
 
 
 class TokenStats:
-    """Per-tokenizer ids of sentence ends, closers and layout marks, and the two statistics."""
+    """Per-tokenizer ids of sentence ends, closers and layout marks, and the three statistics."""
 
     def __init__(self, tokenizer, layout_marks: tuple[str, ...]) -> None:
         def ids(tokens) -> set[int]:
@@ -44,12 +52,24 @@ class TokenStats:
         self.ends, self.closers, self.layout = ids(SENTENCE_ENDS), ids(CLOSERS), ids(layout_marks)
         self.breaks = self.ends | ids(layout_marks[:1])  # a line break also ends a heading or a list item
         self.word_start = {i for tok, i in tokenizer.get_vocab().items() if not tok.startswith("##")}
+        self.words = {i for tok, i in tokenizer.get_vocab().items() if tok[:1].isalpha()}  # a word's first token
+        self.newline = ids(layout_marks[:1])
 
     def unfinished_end(self, ids: list[int]) -> float:
         i = len(ids) - 1
         while i >= 0 and (ids[i] in self.layout or ids[i] in self.closers):
             i -= 1
         return 0.0 if i < 0 or ids[i] in self.ends else 1.0
+
+    def opens_with_heading(self, ids: list[int]) -> float:
+        body = next((k for k in range(1, len(ids) - 1) if ids[k] in self.newline and ids[k + 1] in self.newline), None)
+        if body is None:
+            return 0.0
+        first = [t for t in ids[:body] if t not in self.layout]
+        rest = any(t not in self.layout for t in ids[body:])
+        short = sum(t in self.words for t in first) <= HEADING_WORDS
+        # a closing quote or bracket ends it as a sentence end does (the oracle's TERMINAL has both)
+        return 1.0 if first and rest and short and first[-1] not in self.ends | self.closers else 0.0
 
     def sentence_cohesion(self, ids: list[int]) -> float:
         sents, cur = [], set()

@@ -120,13 +120,45 @@ def _pair_loss(head, kind, feats, pairs: np.ndarray, margin: float, correction_w
     return nn.functional.relu(margin - (q[:, 0] - q[:, 1])).mean() + correction_weight * nn.functional.relu(c[:, 1] - c[:, 0]).mean()
 
 
+def _statistics_pair_loss(head, kind, feats, pairs: np.ndarray, margin: float) -> torch.Tensor:
+    """The pair hinge once more, on each source read as it is and read with its copy's defect statistics.
+
+    A real pair mixes the defect with sampling: a shuffled copy's windows read other sentences than
+    its source's, and that moves the heads' scores by ±0.04 (lab log), as much as a shuffle moves
+    them through `sentence_cohesion`. Here the windows are the source's in both terms and only the
+    copy's repeated fraction, unfinished ending and cohesion (`doc_stats` after log length) replace
+    the source's, so the difference is what the heads make of those statistics alone, and the
+    hinge asks it to rank the copy below. Pairs whose statistics are equal add nothing. The Judge
+    reads the statistics only in its linear skip path, so its encoder is not run for this term.
+    """
+    src, cp = torch.as_tensor(pairs[:, 0]), torch.as_tensor(pairs[:, 1])
+    stats = feats["doc_stats"]
+    virtual = torch.cat([stats[src][:, :1], stats[cp][:, 1:]], 1)
+    differ = (virtual != stats[src]).any(1)
+    if not bool(differ.any()):
+        return torch.zeros(())
+    src, own, virtual = src[differ], stats[src][differ], virtual[differ]
+    if kind == "probe":
+        pooled = feats["pooled"][src]
+        a, b = head.forward_pooled(pooled, own), head.forward_pooled(pooled, virtual)
+    else:
+        mean = judge_inputs(feats, head.pool)[5][src].float()
+        a, b = head.skip(torch.cat([mean, own], 1)), head.skip(torch.cat([mean, virtual], 1))
+    return nn.functional.relu(margin - (a - b).mean(1)).mean()
+
+
 def _objective(head, kind, feats, targets, rows, pairs, hcfg) -> float:
-    """Validation objective: MSE on the rows plus `pair_weight` × the pair hinge(s) on their pairs."""
+    """Validation objective: MSE on the rows plus the pair hinges on their pairs, weighted as in training."""
     val = float(np.mean((predict(head, kind, feats, rows) - targets[rows]) ** 2))
-    if getattr(hcfg, "pair_weight", 0.0) and len(pairs):
-        with torch.no_grad():
+    if not len(pairs):
+        return val
+    with torch.no_grad():
+        if getattr(hcfg, "pair_weight", 0.0):
             val += hcfg.pair_weight * float(_pair_loss(head.eval(), kind, feats, pairs, hcfg.pair_margin,
                                                        getattr(hcfg, "judge_correction_pair_weight", 0.0)))
+        if getattr(hcfg, "statistics_pair_weight", 0.0):
+            val += hcfg.statistics_pair_weight * float(_statistics_pair_loss(head.eval(), kind, feats, pairs,
+                                                                             hcfg.pair_margin))
     return val
 
 
@@ -138,7 +170,9 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
     `pairs` (train pairs, val pairs of (source, degraded copy) rows, `source_pairs`) add
     `heads.pair_weight` × a margin hinge that ranks each copy below its source: the oracle's
     integer labels often tie a document and its copy (both round to the same rubric points), so
-    MSE alone teaches little about the difference. Each step draws as many pairs as documents.
+    MSE alone teaches little about the difference. `heads.statistics_pair_weight` adds the same
+    hinge on each source read with its copy's defect statistics (`_statistics_pair_loss`). Each
+    step draws half as many pairs as documents.
     `member` k of an ensemble (`heads.members`) starts from seed `heads.seed + k` (initial weights
     and batch order); the split stays the one `heads.seed` drew.
     """
@@ -162,7 +196,8 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
     history = []
     epoch = 0
     train_pairs, val_pairs = pairs if pairs is not None else (np.zeros((0, 2), np.int64),) * 2
-    use_pairs = bool(getattr(hcfg, "pair_weight", 0.0)) and len(train_pairs) > 0
+    pair_weight, statistics_weight = getattr(hcfg, "pair_weight", 0.0), getattr(hcfg, "statistics_pair_weight", 0.0)
+    use_pairs = bool(pair_weight or statistics_weight) and len(train_pairs) > 0
     for epoch in range(1, hcfg.max_epochs + 1):
         head.train()
         total = 0.0
@@ -170,8 +205,11 @@ def train_head(kind: str, feats: dict, targets: np.ndarray, train_idx: np.ndarra
             loss = nn.functional.mse_loss(_forward(head, kind, feats, b), y[torch.as_tensor(b)])
             if use_pairs:
                 drawn = train_pairs[rng.integers(0, len(train_pairs), max(1, len(b) // 2))]
-                loss = loss + hcfg.pair_weight * _pair_loss(head, kind, feats, drawn, hcfg.pair_margin,
-                                                            getattr(hcfg, "judge_correction_pair_weight", 0.0))
+                if pair_weight:
+                    loss = loss + pair_weight * _pair_loss(head, kind, feats, drawn, hcfg.pair_margin,
+                                                           getattr(hcfg, "judge_correction_pair_weight", 0.0))
+                if statistics_weight:
+                    loss = loss + statistics_weight * _statistics_pair_loss(head, kind, feats, drawn, hcfg.pair_margin)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -49,7 +49,7 @@ from services.scorer.token_stats import TokenStats, cohesion_input
 N_BUCKETS = 8
 END_BUCKET = N_BUCKETS  # the document's last token (and the separator after it)
 REPEAT_NGRAM = 8  # tokens; n-grams of this length seen earlier in the document mark a repetition
-DOC_STATS = 4  # per-document inputs of both heads: log length, repeated fraction, unfinished end, cohesion
+DOC_STATS = 5  # per-document inputs of both heads: log length, repeated fraction, unfinished end, cohesion, heading
 NEWLINE_MARK, INDENT_MARK = "¶", "»"
 _LEADING = re.compile(r"^[ \t]+")
 
@@ -126,14 +126,16 @@ class Windows:
     repeated_fraction: list[float]  # per document, over all its tokens
     unfinished: list[float]  # per document: 1 = its last token ends no sentence (token_stats.py)
     cohesion: list[float]  # per document: token_stats.cohesion_input of its (repeat-free when skipped) tokens
+    heading: list[float]  # per document: 1 = it opens with a heading (token_stats.py)
 
     def rows_of(self, d: int) -> list[int]:
         return [r for r, x in enumerate(self.doc) if x == d]
 
     def doc_stats(self) -> torch.Tensor:
-        """[n_docs, DOC_STATS]: log length (windows.log_length), repeated fraction, unfinished end and
-        sentence cohesion (token_stats.py) of each document."""
-        per_doc = torch.tensor([self.repeated_fraction, self.unfinished, self.cohesion], dtype=torch.float32).T
+        """[n_docs, DOC_STATS]: log length (windows.log_length), repeated fraction, unfinished end,
+        sentence cohesion and opening heading (token_stats.py) of each document."""
+        per_doc = torch.tensor([self.repeated_fraction, self.unfinished, self.cohesion, self.heading],
+                               dtype=torch.float32).T
         return torch.cat([log_length(self.tokens_total), per_doc], 1)
 
 
@@ -170,13 +172,14 @@ class WindowReader:
         prepared = [self.prepare(t, k) for t, k in zip(texts, kinds, strict=True)]
         ids_per_doc = self.tok(prepared, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
         rows, buckets, reps, docs, probe_rows, read, total, rep_frac = [], [], [], [], [], [], [], []
-        unfinished, cohesion = [], []
+        unfinished, cohesion, heading = [], [], []
         for d, ids in enumerate(ids_per_doc):
             prose = kinds[d] != "code"  # sentences and their ends are prose notions; 0 for code
             total.append(len(ids))
             marks = repeated_marks(ids)
             rep_frac.append(sum(marks) / max(1, len(ids)))
             unfinished.append(self.stats.unfinished_end(ids) if prose else 0.0)
+            heading.append(self.stats.opens_with_heading(ids) if prose else 0.0)
             if self.skip_repeats and prose:
                 ids, marks = without_repeats(ids, marks)
             cohesion.append(cohesion_input(self.stats.sentence_cohesion(ids)) if prose else 0.0)
@@ -205,7 +208,8 @@ class WindowReader:
             mask[r, : len(row)] = 1
             bucket[r, : len(row)] = torch.tensor(b)
             repeated[r, : len(row)] = torch.tensor(rp, dtype=torch.float32)
-        return Windows(input_ids, mask, bucket, repeated, docs, probe_rows, read, total, rep_frac, unfinished, cohesion)
+        return Windows(input_ids, mask, bucket, repeated, docs, probe_rows, read, total, rep_frac, unfinished, cohesion,
+                       heading)
 
 
 def per_document(x_RTD: torch.Tensor, mask_RT: torch.Tensor, doc: list[int], n_docs: int) -> list[torch.Tensor]:

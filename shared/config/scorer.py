@@ -110,6 +110,12 @@ class HeadsConfig(Section):
         "(0 = MSE on the oracle's labels only).",
     )
     pair_margin: float = Field(0.02, ge=0, le=1, description="Margin of that hinge, in aggregate quality (0-1).")
+    statistics_pair_weight: float = Field(
+        0.0, ge=0, le=100,
+        description="Weight of the pair hinge applied once more to each source read with its degraded copy's "
+        "defect statistics (repeated fraction, unfinished end, cohesion) instead of its own: the statistics alone "
+        "must rank the copy below, whatever sentences the windows happened to read. 0 = off (docs/scorer.md).",
+    )
     judge_correction_pair_weight: float = Field(
         0.0, ge=0, le=100,
         description="Weight of a second hinge on the same pairs, on the Judge's encoder correction alone (its output "

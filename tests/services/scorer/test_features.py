@@ -153,7 +153,7 @@ def test_training_inputs_pooled_once_give_the_judge_what_scoring_gives_it():
     probe_seqs = [torch.randn(7, 8), torch.randn(13, 8)]
     buckets = [torch.tensor([0] * 6 + [8], dtype=torch.uint8), torch.tensor([1] * 12 + [8], dtype=torch.uint8)]
     repeated = [torch.tensor([0] * 5 + [1, 1], dtype=torch.uint8), torch.tensor([0] * 13, dtype=torch.uint8)]
-    stats = torch.tensor([[0.5, 2 / 7, 1.0, 0.4], [0.7, 0.0, 0.0, -0.2]])  # length, repeated, unfinished, cohesion
+    stats = torch.tensor([[0.5, 2 / 7, 1.0, 0.4, 1.0], [0.7, 0.0, 0.0, -0.2, 0.0]])  # length, repeated, unfinished, cohesion, heading
     feats = {"seqs": [s.half() for s in seqs], "probe_seqs": [s.half() for s in probe_seqs], "buckets": buckets,
              "repeated": repeated, "pooled": torch.zeros(2, 8),  # the Probe's input: not what the Judge reads
              "doc_stats": stats}
@@ -228,3 +228,81 @@ def test_correction_hinge_adds_its_weight_times_the_reversed_corrections_and_not
         probe = Probe(8, 2).eval()
         torch.testing.assert_close(_pair_loss(probe, "probe", probe_feats, pairs, 0.02, 5.0),
                                    _pair_loss(probe, "probe", probe_feats, pairs, 0.02))
+
+
+def test_statistics_hinge_reads_each_source_with_its_copys_statistics_and_trains_only_their_weights():
+    """The source's own input against the same input with the copy's repeated fraction, unfinished
+    end, cohesion and heading: log length stays the source's, pairs whose statistics agree add nothing, and
+    only the statistics' weights get a gradient (the Judge's encoder is not run)."""
+    from services.scorer.heads import Probe
+    from services.scorer.train import _statistics_pair_loss
+
+    torch.manual_seed(0)
+    n = 6
+    stats = torch.zeros(n, DOC_STATS)
+    stats[0] = torch.tensor([0.5, 0.0, 0.0, 0.8, 1.0])
+    stats[1] = torch.tensor([0.5, 0.0, 0.0, 0.1, 0.0])  # a shuffled copy: cohesion fell, heading moved
+    stats[2] = torch.tensor([0.5, 0.0, 0.0, 0.3, 0.0])
+    stats[3] = torch.tensor([0.9, 0.0, 0.0, 0.3, 0.0])  # only the length differs: not a pair of this term
+    stats[4] = torch.tensor([0.6, 0.0, 0.0, 0.2, 1.0])
+    stats[5] = torch.tensor([0.4, 0.0, 1.0, 0.2, 1.0])  # a cut copy: shorter and unfinished
+    feats = {"pooled": torch.randn(n, 8), "doc_stats": stats,
+             "seqs": [torch.randn(5, 8).half() for _ in range(n)], "probe_seqs": [torch.randn(5, 8).half() for _ in range(n)],
+             "buckets": [torch.tensor([0, 1, 2, 3, 8], dtype=torch.uint8)] * n,
+             "repeated": [torch.zeros(5, dtype=torch.uint8)] * n}
+    pairs = np.array([[0, 1], [2, 3], [4, 5]])
+    probe, judge = Probe(8, 2), Judge(8, 2, dim=16, layers=1, heads=2, dropout=0.0, pool=1)
+    with torch.no_grad():  # small statistics' weights: every pair's hinge is active
+        probe.out.weight[:, 8:] *= 0.01
+        judge.skip.weight[:, 8:] *= 0.01
+    w = probe.out.weight.detach()[:, 8:]
+
+    def by_hand(w_stats, src, copy):
+        virtual = torch.cat([stats[src, :1], stats[copy, 1:]])
+        return torch.relu(0.05 - (w_stats @ (stats[src] - virtual)).mean())
+
+    loss = _statistics_pair_loss(probe, "probe", feats, pairs, 0.05)
+    torch.testing.assert_close(loss, (by_hand(w, 0, 1) + by_hand(w, 4, 5)) / 2)
+    loss.backward()
+    grad = probe.out.weight.grad
+    assert not grad[:, :9].any() and grad[:, 9:].abs().sum() > 0  # pooled states and log length: no gradient
+    assert _statistics_pair_loss(probe, "probe", feats, np.array([[2, 3]]), 0.05) == 0
+
+    loss = _statistics_pair_loss(judge, "judge", feats, pairs, 0.05)
+    torch.testing.assert_close(loss, (by_hand(judge.skip.weight.detach()[:, 8:], 0, 1)
+                                      + by_hand(judge.skip.weight.detach()[:, 8:], 4, 5)) / 2)
+    loss.backward()
+    assert not judge.skip.weight.grad[:, :9].any() and judge.skip.weight.grad[:, 9:].abs().sum() > 0
+    assert all(p.grad is None for name, p in judge.named_parameters() if not name.startswith("skip."))
+
+
+def test_statistics_pair_weight_turns_the_statistics_hinge_on_in_training():
+    """Tied labels, copies whose cohesion fell and whose states moved at random: with the weight on,
+    the Probe learns to count a cohesion drop against a copy; at 0 the training is what it was."""
+    from services.scorer.heads import Probe
+    from services.scorer.train import source_pairs
+
+    rng = np.random.default_rng(0)
+    n = 80
+    base = rng.normal(size=(n, 8))
+    pooled = torch.as_tensor(np.concatenate([base, base + rng.normal(scale=0.3, size=(n, 8))]), dtype=torch.float32)
+    stats = torch.zeros(2 * n, DOC_STATS)
+    stats[:n, 3] = torch.as_tensor(rng.uniform(0.3, 1.0, n), dtype=torch.float32)
+    y = np.repeat(rng.uniform(0.3, 0.7, size=(n, 1)), 2, axis=1).astype(np.float32)
+    y = np.concatenate([y, y])
+    groups, degradation = [f"d{i}" for i in range(n)] * 2, [""] * n + ["order"] * n
+    feats = {"pooled": pooled, "doc_stats": stats}
+    train, val = np.array([i for i in range(2 * n) if i % n < 60]), np.array([i for i in range(2 * n) if i % n >= 60])
+    pairs = (source_pairs(groups, degradation, train), source_pairs(groups, degradation, val))
+
+    def cohesion_weight(statistics_pair_weight: float) -> float:
+        class H:
+            seed, lr, judge_lr, weight_decay, batch_size, max_epochs, patience = 0, 1e-2, 1e-3, 0.0, 16, 30, 30
+            pair_weight, pair_margin = 0.0, 0.05
+
+        H.statistics_pair_weight = statistics_pair_weight
+        head = train_head("probe", feats, y, train, val, H, 8, pairs=pairs).head
+        assert isinstance(head, Probe)
+        return float(head.out.weight.detach()[:, 8 + 3].mean())
+
+    assert cohesion_weight(1.0) > cohesion_weight(0.0) + 0.05

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from services.scorer.degrade import degrade, kinds_for
@@ -67,7 +68,9 @@ def test_each_prose_signal_moves_under_its_defect(oracle):
     clean = prose_signals(PROSE, oracle.models)
     assert "en" in oracle.models and clean.unfinished == 0 and clean.duplicate_fraction == 0
     assert prose_signals(degrade(PROSE, "spelling", rng()), oracle.models).oov_rate > clean.oov_rate + 0.03
-    assert prose_signals(degrade(PROSE, "order", rng()), oracle.models).cohesion < clean.cohesion
+    # eight sentences, the last staying last: a few shuffles keep related sentences together by chance
+    shuffled = [prose_signals(degrade(PROSE, "order", random.Random(s)), oracle.models).cohesion for s in range(10)]
+    assert sum(c < clean.cohesion for c in shuffled) >= 8 and np.mean(shuffled) < clean.cohesion - 0.15
     assert prose_signals(degrade(PROSE, "truncation", rng()), oracle.models).unfinished == 1
     assert prose_signals(degrade(PROSE, "repetition", rng()), oracle.models).duplicate_fraction > 0.2
     assert prose_signals(degrade(PROSE, "spam", rng()), oracle.models).spam_density > clean.spam_density + 2

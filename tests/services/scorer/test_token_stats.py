@@ -52,3 +52,24 @@ def test_cohesion_is_higher_in_order_than_shuffled_in_two_languages(minilm, stat
 def test_cohesion_needs_four_sentences_and_its_input_is_clipped(minilm, stats):
     assert stats.sentence_cohesion(ids(minilm, "One. Two. Three.")) == 0.0
     assert cohesion_input(7.0) == 2.0 and cohesion_input(-3.0) == -2.0 and cohesion_input(0.4) == 0.4
+
+
+def test_a_heading_is_a_short_first_paragraph_without_a_sentence_end_and_agrees_with_the_oracle(minilm, stats):
+    from services.scorer.degrade import degrade
+    from services.scorer.oracle.prose_signals import titled
+
+    body = "\n\n".join(RIVER)
+    cases = {
+        "The river and its mills\n\n" + body: 1.0,
+        "Der Fluss und seine Mühlen\n\n" + body: 1.0,
+        body: 0.0,  # a sentence opens it
+        "The river and its mills\n" + body: 0.0,  # no blank line: a first line, not a paragraph
+        "The river and its mills (1950)\n\n" + body: 0.0,  # a closing bracket ends it, as the oracle reads it
+        "The river and its mills\n\n": 0.0,  # nothing after it
+        " ".join(["word"] * 13) + "\n\n" + body: 0.0,  # too long for a heading
+    }
+    for text, expected in cases.items():
+        assert stats.opens_with_heading(ids(minilm, text)) == expected == titled(text), text
+    titled_doc = "The river and its mills\n\n" + body
+    shuffled = degrade(titled_doc, "order", random.Random(3))
+    assert stats.opens_with_heading(ids(minilm, shuffled)) == 0.0  # a shuffle moved it into the text
