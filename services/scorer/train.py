@@ -126,8 +126,8 @@ def _statistics_pair_loss(head, kind, feats, pairs: np.ndarray, margin: float) -
     A real pair mixes the defect with sampling: a shuffled copy's windows read other sentences than
     its source's, and that moves the heads' scores by ±0.04 (lab log), as much as a shuffle moves
     them through `sentence_cohesion`. Here the windows are the source's in both terms and only the
-    copy's repeated fraction, unfinished ending and cohesion (`doc_stats` after log length) replace
-    the source's, so the difference is what the heads make of those statistics alone, and the
+    copy's repeated fraction, unfinished ending, cohesion and heading (`doc_stats` after log length)
+    replace the source's, so the difference is what the heads make of those statistics alone, and the
     hinge asks it to rank the copy below. Pairs whose statistics are equal add nothing. The Judge
     reads the statistics only in its linear skip path, so its encoder is not run for this term.
     """

@@ -113,7 +113,7 @@ class HeadsConfig(Section):
     statistics_pair_weight: float = Field(
         0.0, ge=0, le=100,
         description="Weight of the pair hinge applied once more to each source read with its degraded copy's "
-        "defect statistics (repeated fraction, unfinished end, cohesion) instead of its own: the statistics alone "
+        "defect statistics (repeated fraction, unfinished end, cohesion, heading) instead of its own: the statistics alone "
         "must rank the copy below, whatever sentences the windows happened to read. 0 = off (docs/scorer.md).",
     )
     judge_correction_pair_weight: float = Field(
