@@ -8,8 +8,9 @@ records of the committed demo corpus (prose in several languages, Python/Go code
    (neither the heads nor the thresholds saw them, so `keeper_loss` is what a new corpus gets);
 3. score the same documents as Parquet shards on Ray Data with a pool of 1 and of 2 actors.
 `ratio` = cascade docs/s ÷ Judge-only docs/s (> 1: the cascade is faster). `flops_saved` is the
-fraction of backbone FLOPs the cascade skips at the calibrated τ_drop; `keeper_loss` the fraction
-of the Judge-only keepers the cascade dropped, with its 90% Clopper-Pearson upper bound;
+fraction of backbone FLOPs the cascade skips at the calibrated τ_drop and τ_accept; `keeper_loss` the
+fraction of the Judge-only keepers the cascade dropped, with its 90% Clopper-Pearson upper bound,
+`false_keep` the fraction of the Judge-only rejects it kept on the Probe's word, likewise;
 `held_out_spearman` the heads' and the length baseline's agreement with the oracle on the labelled
 test split, `unseen_spearman` the same on the unseen documents (labelled by the oracle after
 scoring; several times as many documents, with a paired bootstrap of Judge − Probe). The last
@@ -75,7 +76,8 @@ def main() -> None:
         for layer in (int(x) for x in args.probe_layers.split(",")):
             cfg.scorer.probe_layer = layer
             m = build_and_measure(cfg, pool, held)
-            sweep[layer] = {k: m[k] for k in ("flops_saved", "keeper_loss", "keeper_loss_p90", "judge_passes_skipped",
+            sweep[layer] = {k: m[k] for k in ("flops_saved", "keeper_loss", "keeper_loss_p90", "false_keep",
+                                              "false_keep_p90", "judge_passes_skipped", "probe_kept",
                                               "held_out_spearman", "ratio", "build_seconds")}
             print(f"L_probe={layer}: {json.dumps(sweep[layer])}", flush=True)
         result = {"sweep": sweep, "judge_layer": cfg.scorer.judge_layer, "docs": len(held),
@@ -112,6 +114,7 @@ def main() -> None:
               "quick": args.quick, "overrides": overrides})
     print(f"cascade / judge-only speed: {m['ratio']:.2f}x; FLOPs saved {m['flops_saved']:.1%}; keeper loss "
           f"{m['keeper_loss']:.2%} ({m['keepers_lost']}/{m['keepers']}, 90% bound {m['keeper_loss_p90']:.2%}); "
+          f"false keeps {m['false_keep']:.2%} ({m['rejects_kept']}/{m['rejects']}, 90% bound {m['false_keep_p90']:.2%}); "
           f"2 vs 1 actors: {m['actor_scaling']:.2f}x; held-out Spearman {m['held_out_spearman']}; "
           f"on the unseen documents {m['unseen_spearman']}")
     write_result(m, args.out, "scorer", args.quick)
@@ -121,7 +124,6 @@ def main() -> None:
 def build_and_measure(cfg, pool: list[dict], held: list[dict]) -> dict:
     """Distill + calibrate on the labels already written, then score `held` three ways in-process."""
     import numpy as np
-    from scipy.stats import beta
 
     from services.scorer import pipeline
     from services.scorer.cascade import CascadeScorer
@@ -147,22 +149,35 @@ def build_and_measure(cfg, pool: list[dict], held: list[dict]) -> dict:
     unseen = unseen_agreement(cfg, held, res)
     jk, ck = res["judge"]["keep"], res["cascade"]["keep"]
     lost, keepers = int((jk & ~ck).sum()), int(jk.sum())
+    false_kept, rejects = int((~jk & ck).sum()), int((~jk).sum())
     return {
         "ratio": speed["cascade"] / speed["judge"],
         "docs_per_s_cascade": speed["cascade"], "docs_per_s_judge": speed["judge"], "docs_per_s_probe": speed["probe"],
         "flops_saved": 1.0 - flops["cascade"] / flops["judge"], "keeper_loss": lost / max(1, keepers),
-        "keeper_loss_p90": float(beta.ppf(0.9, lost + 1, keepers - lost)) if keepers else 1.0,  # Clopper-Pearson
+        "keeper_loss_p90": clopper_pearson_upper(lost, keepers),
         "keepers": keepers, "keepers_lost": lost,
+        "false_keep": false_kept / max(1, rejects), "false_keep_p90": clopper_pearson_upper(false_kept, rejects),
+        "rejects": rejects, "rejects_kept": false_kept,
         "judge_passes_skipped": float(res["cascade"]["judge_skipped"].mean()),
+        "probe_kept": float(res["cascade"]["probe_kept"].mean()),
         "read_fraction_mean": float(np.mean(res["judge"]["read_fraction"])),
         "held_out_spearman": {n: r["spearman_quality"] for n, r in cal["rubrics"].items()},
         "unseen_spearman": unseen,
         "calibration_flops_saved": cal["compute"]["flops_saved"],
         "promised_keeper_loss": cal["calibration"]["expected_keeper_loss"],
         "promised_keeper_loss_p90": cal["calibration"]["keeper_loss_p90"],
+        "promised_false_keep": cal["calibration"]["expected_false_keep"],
+        "promised_false_keep_p90": cal["calibration"]["false_keep_p90"],
         "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
         "measure_seconds": time.perf_counter() - t1,
     }
+
+
+def clopper_pearson_upper(k: int, n: int, level: float = 0.9) -> float:
+    """One-sided Clopper-Pearson upper bound on a rate seen as k of n (1.0 with n = 0)."""
+    from scipy.stats import beta
+
+    return float(beta.ppf(level, k + 1, n - k)) if n and k < n else 1.0
 
 
 def unseen_agreement(cfg, held: list[dict], res: dict, resamples: int = 2000) -> dict:

@@ -112,9 +112,10 @@ def main() -> None:
         res = {m: scorer.score(texts, kinds, mode=m) for m in ("probe", "judge", "cascade")}
         read += res["judge"]["read_fraction"].tolist()
         rank = {"probe": res["probe"]["probe_quality"], "judge": res["judge"]["judge_quality"],
-                # the cascade orders survivors by the Judge and puts what it dropped below them
-                "cascade": np.where(res["cascade"]["judge_skipped"], -1 + res["cascade"]["quality"],
-                                    res["cascade"]["quality"]),
+                # the cascade orders survivors by the Judge, what the Probe dropped below them and what
+                # it kept on its own above them
+                "cascade": res["cascade"]["quality"] + np.where(res["cascade"]["probe_kept"], 1.0,
+                                                                np.where(res["cascade"]["judge_skipped"], -1.0, 0.0)),
                 "oracle": np.array([sum(oracle.scores(t, kind).values()) for t in texts], dtype=float)}
         clean_at = {doc_id: i for i, (doc_id, k) in enumerate(meta) if not k}
         for i, (doc_id, k) in enumerate(meta):

@@ -15,6 +15,12 @@
   one margin threshold on the keepers of every rubric (key `all-rubrics`), `rubric` one per rubric: the
   conformal promise needs ≥ 230 keepers per fit at 90% confidence, which a 1,500-document
   calibration sample gives all rubrics together but not always the code rubric alone.
+- τ_accept, the same rule from the other side: the smallest margin threshold above which the
+  cascade keeps a document on the Probe's word, without the Judge, while keeping at most
+  `max_false_keep` (default 1%) of the documents the Judge alone would reject, with the same
+  confidence; fitted on the Judge's rejects' margins. Why both exits: a document far above its
+  bar is as settled at the Probe as one far below it, and at the demo's scale the Probe's
+  rejects alone are too few to pay for the Probe (lab log, 2026-12-06).
 
 Neither threshold needs oracle labels, only the heads' scores, so `fit_thresholds` runs on an
 unlabelled calibration sample as large as `scorer.calibration.sample_size`, and the labelled
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import beta as beta_dist
@@ -72,6 +78,13 @@ def tau_drop_for_loss(probe_scores_of_keepers: np.ndarray, max_loss: float, conf
     return float(p[j - 1]) if j >= 1 else -math.inf
 
 
+def tau_accept_for_rate(probe_scores_of_rejects: np.ndarray, max_rate: float, confidence: float = 0.0) -> float:
+    """Smallest τ_accept whose share of *new* Judge rejects the Probe keeps (margin above it) is at most
+    `max_rate`: `tau_drop_for_loss` mirrored onto the rejects' highest margins; +∞ (the Probe keeps
+    nothing on its own) when no rank keeps the promise."""
+    return -tau_drop_for_loss(-np.asarray(probe_scores_of_rejects, dtype=np.float64), max_rate, confidence)
+
+
 def expected_keeper_loss(n_keepers: int, max_loss: float, quantile: float | None = None,
                          confidence: float = 0.0) -> float:
     """The keeper loss `tau_drop_for_loss` gives new documents with n calibration keepers.
@@ -93,14 +106,16 @@ POOLED = "all-rubrics"  # τ_drop key of the one threshold fitted on every rubri
 
 @dataclass
 class Thresholds:
-    """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop on the
-    Probe margin per rubric (or `POOLED` for all), and what they were fitted on: documents per source,
-    Judge keepers per rubric."""
+    """τ_keep per source (and per `kind:<kind>` as the fallback for unseen sources), τ_drop and
+    τ_accept on the Probe margin per rubric (or `POOLED` for all), and what they were fitted on:
+    documents per source, Judge keepers and rejects per rubric."""
 
     tau_keep: dict[str, float]
     tau_drop: dict[str, float]
     docs_per_source: dict[str, int]
     keepers_per_rubric: dict[str, int]
+    tau_accept: dict[str, float] = field(default_factory=dict)
+    rejects_per_rubric: dict[str, int] = field(default_factory=dict)
 
     def keep_threshold(self, source: str, kind: str) -> float:
         return self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf))
@@ -108,12 +123,16 @@ class Thresholds:
     def drop_threshold(self, rubric: str) -> float:
         return self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf))
 
+    def accept_threshold(self, rubric: str) -> float:
+        return self.tau_accept.get(rubric, self.tau_accept.get(POOLED, math.inf))
+
 
 def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray, kinds: np.ndarray,
                    rubrics: np.ndarray, keep_rate: Callable[[str], float], max_loss: float,
-                   confidence: float = 0.0, scope: str = "all") -> Thresholds:
+                   confidence: float = 0.0, scope: str = "all", max_false_keep: float = 0.0) -> Thresholds:
     """τ_keep per source and per kind from the Judge's scores, then τ_drop (per rubric, or one for
-    `scope="all"`) from the Probe margins of the documents those τ_keep keep. Arrays are per document."""
+    `scope="all"`) from the Probe margins of the documents those τ_keep keep, and τ_accept from
+    those of the documents they reject (+∞ with `max_false_keep` 0). Arrays are per document."""
     if len(judge_q) == 0:
         raise ValueError("cannot calibrate thresholds on zero documents")
     if scope not in ("all", "rubric"):
@@ -128,12 +147,12 @@ def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray
     bar = np.array([tau_keep[s] for s in sources])
     keep, margin = judge_q >= bar, probe_q - bar
     keepers = {r: int(((rubrics == r) & keep).sum()) for r in sorted(set(rubrics.tolist()))}
-    if scope == "all":
-        tau_drop = {POOLED: tau_drop_for_loss(margin[keep], max_loss, confidence)}
-    else:
-        tau_drop = {r: tau_drop_for_loss(margin[(rubrics == r) & keep], max_loss, confidence) for r in keepers}
+    rejects = {r: int(((rubrics == r) & ~keep).sum()) for r in keepers}
+    fits = {POOLED: np.ones(len(keep), dtype=bool)} if scope == "all" else {r: rubrics == r for r in keepers}
+    tau_drop = {k: tau_drop_for_loss(margin[m & keep], max_loss, confidence) for k, m in fits.items()}
+    tau_accept = {k: tau_accept_for_rate(margin[m & ~keep], max_false_keep, confidence) for k, m in fits.items()}
     return Thresholds(tau_keep, tau_drop, {s: int((sources == s).sum()) for s in sorted(set(sources.tolist()))},
-                      keepers)
+                      keepers, tau_accept, rejects)
 
 
 def drop_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> np.ndarray:
@@ -142,6 +161,14 @@ def drop_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> n
     tau = np.array([th.drop_threshold(r) for r in rubrics])
     with np.errstate(invalid="ignore"):
         return np.isfinite(bar) & np.isfinite(tau) & (np.asarray(probe_q) - bar < tau)
+
+
+def accept_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> np.ndarray:
+    """Which documents the Probe keeps on its own under `th` (margin above τ_accept; never without a τ_keep)."""
+    bar = np.array([th.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
+    tau = np.array([th.accept_threshold(r) for r in rubrics])
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(bar) & np.isfinite(tau) & (np.asarray(probe_q) - bar > tau)
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

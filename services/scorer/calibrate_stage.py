@@ -2,7 +2,7 @@
 
 - `held_out`: Probe, Judge and length-baseline predictions on each rubric's labelled test split
   (documents neither head trained on; degraded copies stay with their source document).
-- `fit`: τ_keep per source and τ_drop per rubric on `calibration.sample_size` documents the
+- `fit`: τ_keep per source, τ_drop and τ_accept per rubric on `calibration.sample_size` documents the
   oracle never labelled (or, when none are left, on the held-out split, with a warning that the
   report is then in-sample); the thresholds need only the heads' scores, not labels.
 - `build_report`: agreement with the oracle, keep rates, keeper loss, pairwise accuracy on
@@ -112,7 +112,7 @@ def _score_both_heads(scorer: CascadeScorer, docs: list[dict]) -> dict[str, np.n
 
 
 def fit(cfg, scorer: CascadeScorer, held: dict[str, HeldOut], docs: list[dict]) -> Fit:
-    """τ_keep per source and τ_drop per rubric on the unlabelled `docs` (or the clean held-out split)."""
+    """τ_keep per source, τ_drop and τ_accept per rubric on the unlabelled `docs` (or the clean held-out split)."""
     ccfg = cfg.scorer.calibration
     if docs:
         scores = _score_both_heads(scorer, docs)
@@ -127,7 +127,8 @@ def fit(cfg, scorer: CascadeScorer, held: dict[str, HeldOut], docs: list[dict]) 
                 np.concatenate([[name] * int(h.clean.sum()) for name, h in held.items()]))
         fitted_on = "the labelled held-out split (in-sample: no unlabelled documents left)"
     th = cal.fit_thresholds(*args, keep_rate=ccfg.keep_rate, max_loss=ccfg.max_keeper_loss,
-                            confidence=ccfg.keeper_loss_confidence, scope=ccfg.tau_drop_scope)
+                            confidence=ccfg.keeper_loss_confidence, scope=ccfg.tau_drop_scope,
+                            max_false_keep=ccfg.max_false_keep)
     return Fit(th, fitted_on, args[0], args[2], args[3])
 
 
@@ -169,8 +170,9 @@ def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg) -> tuple[dict, dict]:
     oq = y.mean(1)
     keepers = f.keeps(jq_, src, kinds)
     keep_rates, oracle_keep = _source_keep_rates(h, f, ccfg, keepers, oq)
-    tau_drop = f.thresholds.drop_threshold(name)
-    skipped = cal.drop_mask(f.thresholds, pq_, src, kinds, [name] * len(pq_))
+    dropped = cal.drop_mask(f.thresholds, pq_, src, kinds, [name] * len(pq_))
+    accepted = cal.accept_mask(f.thresholds, pq_, src, kinds, [name] * len(pq_))
+    skipped = dropped | accepted
     return {
         "n_test": int(c.sum()), "n_test_degraded": int((~c).sum()),
         "spearman": sp,
@@ -182,9 +184,11 @@ def _rubric_report(name: str, h: HeldOut, f: Fit, ccfg) -> tuple[dict, dict]:
         "mae_per_class_judge": cal.mae_per_class(jp, y, rub.max_score),
         "mae_per_class_probe": cal.mae_per_class(pp, y, rub.max_score),
         "f1_at_keep": cal.f1(keepers, oracle_keep),
-        "tau_drop": tau_drop,
+        "tau_drop": f.thresholds.drop_threshold(name), "tau_accept": f.thresholds.accept_threshold(name),
         "judge_passes_skipped": float(skipped.mean()) if len(skipped) else 0.0,
-        "keeper_loss": float((skipped & keepers).sum() / max(1, keepers.sum())),
+        "probe_kept": float(accepted.mean()) if len(accepted) else 0.0,
+        "keeper_loss": float((dropped & keepers).sum() / max(1, keepers.sum())),
+        "false_keep": float((accepted & ~keepers).sum() / max(1, (~keepers).sum())),
     }, keep_rates
 
 
@@ -192,8 +196,8 @@ def build_report(cfg, f: Fit, held: dict[str, HeldOut]) -> dict:
     ccfg = cfg.scorer.calibration
     th = f.thresholds
     conf = ccfg.keeper_loss_confidence
-    fitted_keepers = {k: (sum(th.keepers_per_rubric.values()) if k == cal.POOLED else th.keepers_per_rubric.get(k, 0))
-                      for k in th.tau_drop}
+    fitted_keepers, fitted_rejects = ({k: (sum(per.values()) if k == cal.POOLED else per.get(k, 0)) for k in th.tau_drop}
+                                      for per in (th.keepers_per_rubric, th.rejects_per_rubric))
     report: dict = {"stage": "calibrate", "rubrics": {}, "keep_rate": {},
                     "calibration": {"fitted_on": f.fitted_on, "documents_per_source": th.docs_per_source,
                                     "keepers_per_rubric": th.keepers_per_rubric, "confidence": conf,
@@ -202,11 +206,18 @@ def build_report(cfg, f: Fit, held: dict[str, HeldOut]) -> dict:
                                                                                          confidence=conf)
                                                              for r, n in fitted_keepers.items()},
                                     "keeper_loss_p90": {r: cal.expected_keeper_loss(n, ccfg.max_keeper_loss, 0.9, conf)
-                                                        for r, n in fitted_keepers.items()}}}
+                                                        for r, n in fitted_keepers.items()},
+                                    "rejects_per_tau_accept": fitted_rejects,
+                                    # the same Beta law bounds the rejects the Probe keeps (calibrate.tau_accept_for_rate)
+                                    "expected_false_keep": {r: cal.expected_keeper_loss(n, ccfg.max_false_keep,
+                                                                                        confidence=conf)
+                                                            for r, n in fitted_rejects.items()},
+                                    "false_keep_p90": {r: cal.expected_keeper_loss(n, ccfg.max_false_keep, 0.9, conf)
+                                                       for r, n in fitted_rejects.items()}}}
     for name, h in held.items():
         report["rubrics"][name], keep_rates = _rubric_report(name, h, f, ccfg)
         report["keep_rate"].update(keep_rates)
-    report["tau_keep"], report["tau_drop"] = th.tau_keep, th.tau_drop
+    report["tau_keep"], report["tau_drop"], report["tau_accept"] = th.tau_keep, th.tau_drop, th.tau_accept
     return report
 
 
@@ -222,7 +233,9 @@ def measure_saving(scorer: CascadeScorer, docs: list[tuple[str, str, str]]) -> d
     return {"flops_judge_only": flops["judge"], "flops_cascade": flops["cascade"],
             "flops_saved": 1.0 - flops["cascade"] / flops["judge"] if flops["judge"] else 0.0,
             "judge_passes_skipped": float(results["cascade"]["judge_skipped"].mean()) if texts else 0.0,
-            "keeper_loss": float((jk & ~ck).sum() / max(1, jk.sum())), "n": len(texts),
+            "probe_kept": float(results["cascade"]["probe_kept"].mean()) if texts else 0.0,
+            "keeper_loss": float((jk & ~ck).sum() / max(1, jk.sum())),
+            "false_keep": float((~jk & ck).sum() / max(1, (~jk).sum())), "n": len(texts),
             "read_fraction_mean": float(results["judge"]["read_fraction"].mean()) if texts else 0.0}
 
 
@@ -257,7 +270,7 @@ def log_reliability(run, held: dict[str, HeldOut]) -> None:
 
 
 def calibrate_stage(cfg, docs: list[dict] | None = None) -> dict:
-    """Fit τ_keep per source and τ_drop per rubric on unlabelled documents; report on the held-out split.
+    """Fit τ_keep per source, τ_drop and τ_accept per rubric on unlabelled documents; report on the held-out split.
 
     `docs` (dicts with id, text, source, kind) replaces the inputs the unlabelled sample is drawn from.
     """
@@ -274,10 +287,11 @@ def calibrate_stage(cfg, docs: list[dict] | None = None) -> dict:
     f = fit(cfg, scorer, held, calibration_sample(cfg, labelled, docs))
     report = build_report(cfg, f, held)
     calib = {"tau_keep": f.thresholds.tau_keep, "tau_drop": f.thresholds.tau_drop,
-             "max_keeper_loss": cfg.scorer.calibration.max_keeper_loss,
+             "tau_accept": f.thresholds.tau_accept, "max_keeper_loss": cfg.scorer.calibration.max_keeper_loss,
+             "max_false_keep": cfg.scorer.calibration.max_false_keep,
              "keeper_loss_confidence": cfg.scorer.calibration.keeper_loss_confidence}
     write_json_atomic(calib, out / CALIBRATION_FILE)
-    scorer.tau_drop, scorer.tau_keep = f.thresholds.tau_drop, f.thresholds.tau_keep
+    scorer.tau_drop, scorer.tau_keep, scorer.tau_accept = f.thresholds.tau_drop, f.thresholds.tau_keep, f.thresholds.tau_accept
     test_docs = [(t, k, s) for h in held.values() for t, k, s, c in zip(h.texts, h.kinds, h.sources, h.clean,
                                                                           strict=True) if c]
     report["compute"] = measure_saving(scorer, test_docs)

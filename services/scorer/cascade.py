@@ -3,7 +3,8 @@
 Every document is read whole as windows (windows.py). The Probe reads `heads.probe_windows` of
 them (all by default) through layers [0, L_probe). A document is dropped right there when the
 Probe's quality falls more than τ_drop below its source's keep threshold — its Probe margin,
-`probe_quality − τ_keep(source)`, is under τ_drop (calibrate.py says why a margin): its remaining
+`probe_quality − τ_keep(source)`, is under τ_drop (calibrate.py says why a margin) — and kept
+right there, on the Probe's word, when its margin is above τ_accept. Either way its remaining
 windows are never read and none of its windows enters layer L_probe or any later layer (the
 backbone counts layer calls, tests check it). Survivors read their other windows through
 [0, L_probe), then all of them through [L_probe, L_judge); layers after L_judge never run.
@@ -83,12 +84,13 @@ def _stack_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 class CascadeScorer:
     def __init__(self, bb: LayerwiseBackbone, heads: dict, probe_layer: int, judge_layer: int, reader: WindowReader,
                  tau_drop: dict[str, float] | None = None, tau_keep: dict[str, float] | None = None,
-                 micro_batch: int = 16) -> None:
+                 micro_batch: int = 16, tau_accept: dict[str, float] | None = None) -> None:
         self.bb, self.heads, self.reader = bb, heads, reader
         self.probe_layer, self.judge_layer = probe_layer, judge_layer
         self.micro_batch = micro_batch
         self.tau_drop = tau_drop or {}
         self.tau_keep = tau_keep or {}
+        self.tau_accept = tau_accept or {}
 
     @classmethod
     def load(cls, out_dir: str | Path, scfg, device: str = "cpu") -> CascadeScorer:
@@ -105,7 +107,7 @@ class CascadeScorer:
         cal_path = out_dir / CALIBRATION_FILE
         cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
         return cls(bb, heads, meta["probe_layer"], meta["judge_layer"], reader_for(bb, meta), cal.get("tau_drop"),
-                   cal.get("tau_keep"), scfg.scoring.micro_batch)
+                   cal.get("tau_keep"), scfg.scoring.micro_batch, cal.get("tau_accept"))
 
     def keep_threshold(self, source: str, kind: str) -> float:
         return float(self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf)))
@@ -117,6 +119,13 @@ class CascadeScorer:
         tau_keep = self.keep_threshold(source, kind)
         return math.isfinite(tau_drop) and math.isfinite(tau_keep) and probe_q - tau_keep < tau_drop
 
+    def accepts(self, probe_q: float, source: str, kind: str, rubric: str) -> bool:
+        """Whether the Probe keeps a document without the Judge: its margin above its source's τ_keep
+        is over τ_accept (the rubric's, else the pooled one). Without both thresholds nothing is kept here."""
+        tau_accept = self.tau_accept.get(rubric, self.tau_accept.get(POOLED, math.inf))
+        tau_keep = self.keep_threshold(source, kind)
+        return math.isfinite(tau_accept) and math.isfinite(tau_keep) and probe_q - tau_keep > tau_accept
+
     @torch.no_grad()
     def score(self, texts: list[str], kinds: list[str], sources: list[str] | None = None,
               mode: str = "cascade") -> dict[str, np.ndarray]:
@@ -125,6 +134,7 @@ class CascadeScorer:
         sources = sources if sources is not None else list(kinds)
         n = len(texts)
         probe_q, judge_q, coverage = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
+        probe_kept = np.zeros(n, dtype=bool)
         rubric_names = [rubric_for(k).name for k in kinds]
         for idx in document_batches(texts, self.micro_batch, self.reader.budget_windows):
             win = self.reader.read([texts[i] for i in idx], [kinds[i] for i in idx])
@@ -132,13 +142,16 @@ class CascadeScorer:
             docs = [(rubric_names[i], sources[i], kinds[i]) for i in idx]
             p, j = self._score_batch(win, docs, mode)
             probe_q[idx], judge_q[idx] = p, j
+            if mode == "cascade":
+                probe_kept[idx] = [np.isnan(j[k]) and self.accepts(p[k], *docs[k][1:], docs[k][0])
+                                   for k in range(len(idx))]
         quality = np.where(np.isnan(judge_q), probe_q, judge_q)
         tau = np.array([self.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
         keep = quality >= tau
         if mode == "cascade":
-            keep &= ~np.isnan(judge_q)
+            keep = np.where(np.isnan(judge_q), probe_kept, keep)
         return {"probe_quality": probe_q, "judge_quality": judge_q, "quality": quality, "keep": keep,
-                "judge_skipped": np.isnan(judge_q), "read_fraction": coverage}
+                "judge_skipped": np.isnan(judge_q), "probe_kept": probe_kept, "read_fraction": coverage}
 
     def _score_batch(self, win: Windows, docs: list[tuple[str, str, str]], mode: str) -> tuple[np.ndarray, np.ndarray]:
         """Probe and Judge quality (NaN where not computed) of one micro-batch; docs = (rubric, source, kind)."""
@@ -156,7 +169,8 @@ class CascadeScorer:
                 probe_q[members] = self._quality(self.heads[name][0].forward_pooled(pooled[members], stats[members]))
             if mode == "probe":
                 return probe_q, judge_q
-            survivors = [d for d in survivors if not self.drops(probe_q[d], docs[d][1], docs[d][2], docs[d][0])]
+            survivors = [d for d in survivors if not self.drops(probe_q[d], docs[d][1], docs[d][2], docs[d][0])
+                         and not self.accepts(probe_q[d], docs[d][1], docs[d][2], docs[d][0])]
             if not survivors:
                 return probe_q, judge_q
         alive = set(survivors)

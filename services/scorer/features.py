@@ -6,12 +6,14 @@ and layer-L_probe states of every read token in float16 with their document-posi
 repeated-n-gram marks (what the Judge attends over; heads.py says why it reads both layers), and
 the document's `doc_stats` (log length, repeated fraction, unfinished ending, cohesion). Documents go
 through the backbone in length-sorted micro-batches to limit padding. The cache file records the
-backbone, layers, token budget and windowing; a mismatch recomputes instead of reusing stale
-features.
+backbone, layers, token budget and windowing, the documents' ids and a digest of their texts; a
+mismatch recomputes instead of reusing stale features (a degraded copy keeps its id when the
+degradation that made it changes, so ids alone would not do).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -64,16 +66,27 @@ def extract(bb: LayerwiseBackbone, reader: WindowReader, texts: list[str], kinds
             "doc_stats": stats, "coverage": coverage}
 
 
-def cached_extract(path: str | Path, meta: dict, ids: list[str], compute) -> dict:
-    """Load features for `ids` from `path` when its meta matches, else compute(ids→feats) and save."""
+def texts_digest(texts: list[str]) -> str:
+    """SHA-256 over the texts, each length-prefixed (so no two lists of texts share a digest by concatenation)."""
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def cached_extract(path: str | Path, meta: dict, ids: list[str], texts: list[str], compute) -> dict:
+    """Load features for `ids` from `path` when its meta, ids and texts match, else compute() and save."""
     path = Path(path)
+    digest = texts_digest(texts)
     if path.exists():
         blob = torch.load(path, weights_only=False)
-        if blob.get("meta") == meta and blob.get("ids") == ids:
+        if blob.get("meta") == meta and blob.get("ids") == ids and blob.get("texts_sha256") == digest:
             blob["cached"] = True
             return blob
     feats = compute()
-    blob = {"meta": meta, "ids": ids, **feats}
+    blob = {"meta": meta, "ids": ids, "texts_sha256": digest, **feats}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(blob, tmp)

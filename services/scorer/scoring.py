@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from services.scorer.io import write_json_atomic, write_parquet_atomic
 from services.scorer.rubrics import kind_of_source
 
-SCORE_COLUMNS = ("probe_quality", "judge_quality", "quality", "keep", "judge_skipped", "read_fraction")
+SCORE_COLUMNS = ("probe_quality", "judge_quality", "quality", "keep", "judge_skipped", "probe_kept", "read_fraction")
 
 
 def shard_output_name(path: str) -> str:
@@ -87,7 +87,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
         pending = pending[:max_shards]
     expected = {os.path.abspath(p): pq.ParquetFile(p).metadata.num_rows for p in pending}
     done: dict[str, int] = {}
-    kept = skipped_judge = 0
+    kept = skipped_judge = probe_kept = 0
     total = 0
     read = 0.0
     t0 = time.perf_counter()
@@ -127,6 +127,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
                     done[key] = table.num_rows
                     kept += int(np.sum(table.column("keep").to_numpy(zero_copy_only=False)))
                     skipped_judge += int(np.sum(table.column("judge_skipped").to_numpy(zero_copy_only=False)))
+                    probe_kept += int(np.sum(table.column("probe_kept").to_numpy(zero_copy_only=False)))
                     read += float(np.sum(table.column("read_fraction").to_numpy(zero_copy_only=False)))
                     total += table.num_rows
         bar.close()
@@ -142,6 +143,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
             "shards_pending": len(paths) - skipped - len(done), "docs": total, "kept": kept,
             "keep_rate": kept / total if total else 0.0, "seconds": seconds,
             "judge_passes_skipped": skipped_judge / total if total else 0.0,
+            "probe_kept": probe_kept / total if total else 0.0,
             "read_fraction_mean": read / total if total else 0.0,
             "docs_per_s": total / seconds if seconds > 0 and total else 0.0}
 

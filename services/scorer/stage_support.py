@@ -137,7 +137,7 @@ def backbone_features(cfg, bb, reader, rubric: str, g: dict, layers) -> dict:
         with progress_bar(len(g["texts"]), f"backbone {rubric}") as bar:
             return extract(bb, reader, g["texts"], g["kind"], layers[0], layers[1], cfg.scorer.scoring.micro_batch, bar)
 
-    return cached_extract(path, features_meta(cfg, layers), g["ids"], compute)
+    return cached_extract(path, features_meta(cfg, layers), g["ids"], g["texts"], compute)
 
 
 def calibration_sample(cfg, labelled_ids: set[str], docs: list[dict] | None = None) -> list[dict]:

@@ -156,10 +156,16 @@ class CalibrationConfig(Section):
         0.01, ge=0, le=0.5,
         description="Fraction of the Judge's keepers the Probe cascade may drop on new documents (chooses tau_drop).",
     )
+    max_false_keep: float = Field(
+        0.01, ge=0, le=0.5,
+        description="Fraction of the Judge's rejects the cascade may keep on the Probe's word alone on new documents "
+        "(chooses tau_accept; 0 = the Probe never keeps a document without the Judge).",
+    )
     keeper_loss_confidence: float = Field(
         0.9, ge=0, lt=1,
-        description="Probability over calibration samples that the keeper loss stays under max_keeper_loss "
-        "(0 = only in expectation); at 0.9 and 1% it needs >= 230 keepers per rubric to drop anything.",
+        description="Probability over calibration samples that the keeper loss stays under max_keeper_loss, and the "
+        "false keeps under max_false_keep (0 = only in expectation); at 0.9 and 1% each fit needs >= 230 keepers "
+        "(rejects) to drop (keep) anything at the Probe.",
     )
     sample_size: int = Field(
         2000, ge=0, le=10_000_000,
@@ -213,7 +219,7 @@ class ScorerConfig(Section):
     probe_layer: int = Field(0, ge=0, le=512, description="Layer the Probe reads (0 = 18/24 of the backbone's depth).")
     judge_layer: int = Field(0, ge=0, le=512, description="Layer the Judge reads (0 = the backbone's last layer).")
     heads: HeadsConfig = Field(default_factory=HeadsConfig, description="Probe/Judge head training.")
-    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Keep-rate targets and tau_drop.")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Keep-rate targets, tau_drop and tau_accept.")
     scoring: ScoringConfig = Field(default_factory=ScoringConfig, description="Ray Data scoring at scale.")
     inputs: list[str] = Field(
         default_factory=list, description="Parquet files/globs to score (empty = the data filter's output under data.out_dir)."

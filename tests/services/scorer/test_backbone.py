@@ -107,6 +107,34 @@ def test_a_probe_reading_fewer_windows_leaves_the_rest_of_a_dropped_document_unr
     np.testing.assert_allclose(res["judge_quality"][~dropped], judge_only[~dropped], rtol=1e-4, atol=1e-5)
 
 
+
+def test_documents_the_probe_keeps_skip_the_judge_and_stay_kept(minilm):
+    """With τ_drop under the lowest third of Probe margins and τ_accept over the highest third, the
+    middle third alone enters layers ≥ L_probe and gets its Judge-only score; the top third is kept
+    on the Probe's word (`probe_kept`), the bottom third dropped."""
+    docs = python_docs(9, 9, seed=5)
+    texts, kinds = [d["text"] for d in docs], [d["kind"] for d in docs]
+    sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 4, WindowReader(minilm.tokenizer, 32, 32), micro_batch=5)
+    judge_only = sc.score(texts, kinds, mode="judge")
+    probe_q = sc.score(texts, kinds, mode="probe")["probe_quality"]
+    bar = float(np.median(judge_only["judge_quality"]))
+    sc.tau_keep = {"web": bar, "code": bar}
+    rubric = np.array(["code" if k == "code" else "general" for k in kinds])
+    margin = probe_q - bar
+    sc.tau_drop = {r: float(np.quantile(margin[rubric == r], 1 / 3)) for r in ("general", "code")}
+    sc.tau_accept = {r: float(np.quantile(margin[rubric == r], 2 / 3)) for r in ("general", "code")}
+    minilm.reset_counters()
+    res = sc.score(texts, kinds, mode="cascade")
+    accepted, skipped = res["probe_kept"], res["judge_skipped"]
+    assert 0 < accepted.sum() < skipped.sum() < len(docs)
+    assert (accepted == (margin > np.array([sc.tau_accept[r] for r in rubric]))).all()
+    assert res["keep"][accepted].all() and not res["keep"][skipped & ~accepted].any()
+    assert minilm.layer_rows[:2] == [len(docs)] * 2 and minilm.layer_rows[2:4] == [len(docs) - int(skipped.sum())] * 2
+    np.testing.assert_allclose(res["judge_quality"][~skipped], judge_only["judge_quality"][~skipped], rtol=1e-4, atol=1e-5)
+    judged_keep = res["keep"][~skipped]
+    assert judged_keep.any() and not judged_keep.all()  # the middle third straddles the bar: the Judge decides
+    assert (judged_keep == (judge_only["judge_quality"][~skipped] >= bar)).all()
+
 def test_cascade_never_runs_layers_after_judge_layer(minilm):
     docs = python_docs(3, 0, seed=6)
     sc = CascadeScorer(minilm, _random_heads(minilm.width), 2, 3, WindowReader(minilm.tokenizer, 32, 32))

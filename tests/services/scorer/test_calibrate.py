@@ -112,6 +112,38 @@ def test_fit_thresholds_per_source_with_kind_fallback_and_per_rubric_drop():
         cal.fit_thresholds(np.array([]), np.array([]), [], [], [], rates.__getitem__, 0.01)
 
 
+def test_tau_accept_keeps_at_most_the_allowed_fraction_of_new_rejects_in_nine_samples_of_ten():
+    """τ_accept is τ_drop's rule from the other side: fitted on the Judge's rejects, a fresh reject
+    lands above it with probability j/(n+1), under the promise in nine calibration samples of ten."""
+    rng = np.random.default_rng(6)
+    fresh = rng.normal(size=200_000)
+    assert cal.tau_accept_for_rate(np.linspace(0, 1, 229), 0.01, 0.9) == np.inf  # too few rejects: keep nothing
+    assert cal.tau_accept_for_rate(np.linspace(0, 1, 230), 0.01, 0.9) == 1.0  # one rank: above the highest
+    assert cal.tau_accept_for_rate(np.array([0.2, 0.7]), 0.0) == np.inf
+    rates = [np.mean(fresh > cal.tau_accept_for_rate(rng.normal(size=600), 0.01, 0.9)) for _ in range(600)]
+    assert np.mean(np.array(rates) > 0.01) <= 0.13
+    assert np.mean(rates) == pytest.approx(cal.expected_keeper_loss(600, 0.01, confidence=0.9), abs=0.0015)
+
+
+def test_fit_thresholds_accepts_clear_keepers_with_a_bounded_share_of_rejects():
+    rng = np.random.default_rng(7)
+    n = 4000
+    sources = np.array(["wiki", "forum"])[rng.integers(0, 2, n)]
+    kinds, rubrics = np.full(n, "web"), np.full(n, "general")
+    judge = rng.uniform(size=n) + (sources == "forum") * 0.5
+    probe = judge + rng.normal(0, 0.05, n)
+    rate = lambda kind: 0.5  # noqa: E731
+    off = cal.fit_thresholds(judge, probe, sources, kinds, rubrics, rate, 0.01)
+    assert off.tau_accept == {cal.POOLED: np.inf} and not cal.accept_mask(off, probe, sources, kinds, rubrics).any()
+    th = cal.fit_thresholds(judge, probe, sources, kinds, rubrics, rate, 0.01, confidence=0.9, max_false_keep=0.01)
+    keep = judge >= np.array([th.tau_keep[s] for s in sources])
+    assert th.rejects_per_rubric == {"general": int((~keep).sum())}
+    accepted = cal.accept_mask(th, probe, sources, kinds, rubrics)
+    dropped = cal.drop_mask(th, probe, sources, kinds, rubrics)
+    assert not (accepted & dropped).any()
+    assert np.mean(accepted[~keep]) <= 0.01 and np.mean(accepted[keep]) > 0.6  # most keepers settle at the Probe
+    assert th.accept_threshold("general") == th.accept_threshold("code") == th.tau_accept[cal.POOLED] > 0
+
 def test_f1_and_mae_per_class():
     assert cal.f1(np.array([1, 1, 0], bool), np.array([1, 0, 0], bool)) == pytest.approx(2 / 3)
     mae = cal.mae_per_class(np.array([[0.25], [0.5]]), np.array([[0.25], [0.75]]), 4)

@@ -68,9 +68,13 @@ def test_label_train_calibrate_score_and_judge_beats_probe_beats_length_baseline
     # τ_drop lost ~9% of new keepers); the promise itself is tested in test_calibrate.py
     assert report["compute"]["keeper_loss"] <= 0.10 and report["compute"]["flops_saved"] > 0
     assert all(p <= 0.03 for p in report["calibration"]["keeper_loss_p90"].values())
+    # and the other exit: ~470 calibration rejects give a finite τ_accept, bounded the same way
+    assert math.isfinite(report["tau_accept"]["all-rubrics"]) and report["compute"]["probe_kept"] > 0
+    assert report["compute"]["false_keep"] <= 0.10
+    assert all(p <= 0.03 for p in report["calibration"]["false_keep_p90"].values())
     for name, r in report["rubrics"].items():
         q = r["spearman_quality"]
         assert q["probe"] > q["length_baseline"] and q["judge"] > q["length_baseline"], f"{name}: {q}"
         assert q["judge"] > q["probe"], f"{name}: the Judge must beat the Probe on held-out data: {q}"
     run = json.loads((tmp_path / "out" / "run_report.json").read_text())
-    assert run["docs"] == 600 and run["shards_scored"] == 2
+    assert run["docs"] == 600 and run["shards_scored"] == 2 and run["probe_kept"] > 0

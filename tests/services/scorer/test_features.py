@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from services.scorer.features import cached_extract, extract, pad_seqs
+from services.scorer.features import cached_extract, extract, pad_seqs, texts_digest
 from services.scorer.heads import Judge, masked_mean
 from services.scorer.train import split_indices, train_head
 from services.scorer.windows import DOC_STATS, WindowReader, document_batches
 
 
-def test_feature_cache_computes_once_and_recomputes_when_meta_changes(tmp_path):
+def test_feature_cache_computes_once_and_recomputes_when_meta_or_a_text_changes(tmp_path):
     calls = []
 
     def compute():
@@ -19,11 +19,16 @@ def test_feature_cache_computes_once_and_recomputes_when_meta_changes(tmp_path):
         return {"pooled": torch.ones(2, 3), "seqs": [torch.ones(4, 3), torch.ones(2, 3)]}
 
     meta = {"backbone": "minilm", "probe_layer": 5, "judge_layer": 6, "max_tokens": 64}
-    a = cached_extract(tmp_path / "f.pt", meta, ["x", "y"], compute)
-    b = cached_extract(tmp_path / "f.pt", meta, ["x", "y"], compute)
+    texts = ["first text", "second text"]
+    a = cached_extract(tmp_path / "f.pt", meta, ["x", "y"], texts, compute)
+    b = cached_extract(tmp_path / "f.pt", meta, ["x", "y"], texts, compute)
     assert len(calls) == 1 and not a["cached"] and b["cached"]
-    cached_extract(tmp_path / "f.pt", {**meta, "max_tokens": 128}, ["x", "y"], compute)
+    cached_extract(tmp_path / "f.pt", {**meta, "max_tokens": 128}, ["x", "y"], texts, compute)
     assert len(calls) == 2
+    # same ids, a copy degraded differently: stale features would train the heads on the old text
+    c = cached_extract(tmp_path / "f.pt", {**meta, "max_tokens": 128}, ["x", "y"], ["first text", "second txet"], compute)
+    assert len(calls) == 3 and not c["cached"]
+    assert texts_digest(["ab", "c"]) != texts_digest(["a", "bc"])
 
 
 def test_document_batches_group_similar_lengths_and_cover_every_index():

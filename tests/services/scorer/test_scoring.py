@@ -30,6 +30,7 @@ def _random_heads(out_dir, width=384):
             "width": width}
     torch.save({"meta": meta, "rubrics": rubrics}, out_dir / HEADS_FILE)
     write_json_atomic({"tau_drop": {"general": 0.0, "code": 0.0},  # margins: drop under τ_keep
+                       "tau_accept": {"general": 0.05, "code": 0.05},  # keep on the Probe's word over τ_keep + 0.05
                        "tau_keep": {"pydoc": 0.5, "stdlib": 0.5}}, out_dir / "calibration.json")
 
 
@@ -75,7 +76,9 @@ def test_scoring_resumes_after_killed_actor_and_stopped_run_without_duplicates_o
         got = pq.read_table(out / "scores" / shard_output_name(p))
         assert sorted(got.column("id").to_pylist()) == sorted(src.column("id").to_pylist())
         assert got.num_rows == src.num_rows  # no duplicates
-        assert {"quality", "keep", "probe_quality", "judge_quality", "meta"} <= set(got.column_names)
+        assert {"quality", "keep", "probe_quality", "judge_quality", "probe_kept", "meta"} <= set(got.column_names)
+        probe_kept, skipped = (got.column(c).to_numpy(zero_copy_only=False) for c in ("probe_kept", "judge_skipped"))
+        assert (got.column("keep").to_numpy(zero_copy_only=False)[skipped] == probe_kept[skipped]).all()
     assert len(glob.glob(str(out / "scores" / "*.parquet"))) == 3
 
     third = run_scoring(cfg, paths, progress=False)  # nothing left: a rerun is a no-op
