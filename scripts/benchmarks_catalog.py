@@ -64,7 +64,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         {"steps": 200, "tokens_per_step": 256}),
     "scorer.json": ("python benchmarks/scorer.py --unseen {docs}", "", {"quick": False}),
     "scorer_pairs.json": ("python benchmarks/scorer_pairs.py --per-group 30", "", {"pairs_per_kind.order": 60}),
-    "scorer_probe_layers.json": ("python benchmarks/scorer.py --probe-layers 1,2,3", "", {"judge_layer": 4}),
+    "scorer_probe_layers.json": ("python benchmarks/scorer.py --probe-layers 1,2,3 --unseen {docs}", "", {"judge_layer": 4}),
 }
 # Results in a folder of their own; `{key}` is filled from the file's top-level keys.
 DIR_COMMANDS: dict[str, tuple[str, str]] = {
