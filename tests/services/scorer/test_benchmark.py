@@ -11,6 +11,8 @@ from tests.benchmark_run import run_benchmark
 def test_scorer_benchmark_quick_prints_flops_saved_and_keeper_loss():
     last = run_benchmark("scorer.py", "--quick", timeout=1500)
     assert 0.0 <= last["flops_saved"] < 1.0 and 0.0 <= last["keeper_loss"] <= last["keeper_loss_p90"] <= 1.0
+    assert 0.0 <= last["false_keep"] <= last["false_keep_p90"] <= 1.0 and last["rejects"] + last["keepers"] == last["docs"]
+    assert 0.0 <= last["probe_kept"] <= last["judge_passes_skipped"] <= 1.0
     assert last["ratio"] > 0 and last["actors_1_docs_per_s"] > 0 and last["actors_2_docs_per_s"] > 0
     unseen = last["unseen_spearman"]  # every unseen document labelled, both rubrics measured with a bootstrap
     assert unseen["unlabelled"] == 0 and {"general", "code"} <= set(unseen)
