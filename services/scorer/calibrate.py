@@ -155,20 +155,21 @@ def fit_thresholds(judge_q: np.ndarray, probe_q: np.ndarray, sources: np.ndarray
                       keepers, tau_accept, rejects)
 
 
+def probe_margin(th: Thresholds, probe_q: np.ndarray, sources, kinds) -> np.ndarray:
+    """`probe_q − τ_keep(source)` per document; NaN where no τ_keep applies, which no threshold settles."""
+    bar = np.array([th.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(bar), np.asarray(probe_q, dtype=np.float64) - bar, np.nan)
+
+
 def drop_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> np.ndarray:
     """Which documents the Probe drops under `th` (margin below τ_drop; never without a τ_keep)."""
-    bar = np.array([th.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
-    tau = np.array([th.drop_threshold(r) for r in rubrics])
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(bar) & np.isfinite(tau) & (np.asarray(probe_q) - bar < tau)
+    return probe_margin(th, probe_q, sources, kinds) < np.array([th.drop_threshold(r) for r in rubrics])
 
 
 def accept_mask(th: Thresholds, probe_q: np.ndarray, sources, kinds, rubrics) -> np.ndarray:
     """Which documents the Probe keeps on its own under `th` (margin above τ_accept; never without a τ_keep)."""
-    bar = np.array([th.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
-    tau = np.array([th.accept_threshold(r) for r in rubrics])
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(bar) & np.isfinite(tau) & (np.asarray(probe_q) - bar > tau)
+    return probe_margin(th, probe_q, sources, kinds) > np.array([th.accept_threshold(r) for r in rubrics])
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

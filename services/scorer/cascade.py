@@ -112,19 +112,19 @@ class CascadeScorer:
     def keep_threshold(self, source: str, kind: str) -> float:
         return float(self.tau_keep.get(source, self.tau_keep.get(f"kind:{kind}", math.inf)))
 
-    def drops(self, probe_q: float, source: str, kind: str, rubric: str) -> bool:
-        """Whether the Probe drops a document: its margin below its source's τ_keep is under τ_drop
-        (the rubric's, else the pooled one). Without both thresholds nothing is dropped."""
-        tau_drop = self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf))
+    def settle(self, probe_q: float, source: str, kind: str, rubric: str) -> bool | None:
+        """What the Probe decides alone: False (dropped: its margin over its source's τ_keep is under
+        τ_drop), True (kept: the margin is over τ_accept), None (the Judge decides). The rubric's
+        thresholds, else the pooled ones; without a τ_keep the Probe settles nothing."""
         tau_keep = self.keep_threshold(source, kind)
-        return math.isfinite(tau_drop) and math.isfinite(tau_keep) and probe_q - tau_keep < tau_drop
-
-    def accepts(self, probe_q: float, source: str, kind: str, rubric: str) -> bool:
-        """Whether the Probe keeps a document without the Judge: its margin above its source's τ_keep
-        is over τ_accept (the rubric's, else the pooled one). Without both thresholds nothing is kept here."""
-        tau_accept = self.tau_accept.get(rubric, self.tau_accept.get(POOLED, math.inf))
-        tau_keep = self.keep_threshold(source, kind)
-        return math.isfinite(tau_accept) and math.isfinite(tau_keep) and probe_q - tau_keep > tau_accept
+        if not math.isfinite(tau_keep):
+            return None
+        margin = probe_q - tau_keep
+        if margin < self.tau_drop.get(rubric, self.tau_drop.get(POOLED, -math.inf)):
+            return False
+        if margin > self.tau_accept.get(rubric, self.tau_accept.get(POOLED, math.inf)):
+            return True
+        return None
 
     @torch.no_grad()
     def score(self, texts: list[str], kinds: list[str], sources: list[str] | None = None,
@@ -140,11 +140,7 @@ class CascadeScorer:
             win = self.reader.read([texts[i] for i in idx], [kinds[i] for i in idx])
             coverage[idx] = np.array(win.tokens_read) / np.maximum(1, np.array(win.tokens_total))
             docs = [(rubric_names[i], sources[i], kinds[i]) for i in idx]
-            p, j = self._score_batch(win, docs, mode)
-            probe_q[idx], judge_q[idx] = p, j
-            if mode == "cascade":
-                probe_kept[idx] = [np.isnan(j[k]) and self.accepts(p[k], *docs[k][1:], docs[k][0])
-                                   for k in range(len(idx))]
+            probe_q[idx], judge_q[idx], probe_kept[idx] = self._score_batch(win, docs, mode)
         quality = np.where(np.isnan(judge_q), probe_q, judge_q)
         tau = np.array([self.keep_threshold(s, k) for s, k in zip(sources, kinds, strict=True)])
         keep = quality >= tau
@@ -153,10 +149,12 @@ class CascadeScorer:
         return {"probe_quality": probe_q, "judge_quality": judge_q, "quality": quality, "keep": keep,
                 "judge_skipped": np.isnan(judge_q), "probe_kept": probe_kept, "read_fraction": coverage}
 
-    def _score_batch(self, win: Windows, docs: list[tuple[str, str, str]], mode: str) -> tuple[np.ndarray, np.ndarray]:
-        """Probe and Judge quality (NaN where not computed) of one micro-batch; docs = (rubric, source, kind)."""
+    def _score_batch(self, win: Windows, docs: list[tuple[str, str, str]],
+                     mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Probe and Judge quality (NaN where not computed) of one micro-batch, and which documents the
+        Probe kept without the Judge; docs = (rubric, source, kind)."""
         dev, n = self.bb.device, len(docs)
-        probe_q, judge_q = np.full(n, np.nan), np.full(n, np.nan)
+        probe_q, judge_q, probe_kept = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=bool)
         stats = win.doc_stats().to(dev)
         ids, am = win.input_ids.to(dev), win.attention_mask.to(dev)
         first = [r for r, flag in enumerate(win.probe_row) if flag or mode == "judge"]  # rows the first leg reads
@@ -168,11 +166,12 @@ class CascadeScorer:
             for name, members in self._by_rubric(docs, survivors).items():
                 probe_q[members] = self._quality(self.heads[name][0].forward_pooled(pooled[members], stats[members]))
             if mode == "probe":
-                return probe_q, judge_q
-            survivors = [d for d in survivors if not self.drops(probe_q[d], docs[d][1], docs[d][2], docs[d][0])
-                         and not self.accepts(probe_q[d], docs[d][1], docs[d][2], docs[d][0])]
+                return probe_q, judge_q, probe_kept
+            settled = [self.settle(probe_q[d], docs[d][1], docs[d][2], docs[d][0]) for d in range(n)]
+            probe_kept[:] = [s is True for s in settled]
+            survivors = [d for d in range(n) if settled[d] is None]
             if not survivors:
-                return probe_q, judge_q
+                return probe_q, judge_q, probe_kept
         alive = set(survivors)
         read = [k for k, r in enumerate(first) if win.doc[r] in alive]  # first-leg rows the survivors keep
         rest = [r for r in range(len(win.doc)) if win.doc[r] in alive and r not in set(first)]
@@ -201,7 +200,7 @@ class CascadeScorer:
             judge, dtype = self.heads[name][1], h.dtype
             judge_q[members] = self._quality(judge(x.to(dev, dtype), m.to(dev), xp.to(dev, dtype), b.to(dev),
                                                    r.to(dev, dtype), stats[members]))
-        return probe_q, judge_q
+        return probe_q, judge_q, probe_kept
 
     @staticmethod
     def _by_rubric(docs: list[tuple[str, str, str]], members: list[int]) -> dict[str, list[int]]:
