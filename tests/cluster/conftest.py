@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -115,7 +114,8 @@ def _start_node(name: str, args: list[str], env: dict) -> RayNode:
     log = Path(temp_dir) / "ray-start.log"
     fh = open(log, "wb")  # noqa: SIM115 - closed by the child's exit; we only read the file
     proc = subprocess.Popen([RAY, "start", "--block", "--temp-dir", temp_dir, "--disable-usage-stats", *args],
-                            stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                            stdout=fh, stderr=subprocess.STDOUT, env={**env, "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True)
     return RayNode(name, temp_dir, proc, log)
 
 
@@ -135,7 +135,10 @@ def _wait_for_nodes(cluster: TwoNodeCluster, timeout: float) -> None:
     raise RuntimeError(f"2-node Ray cluster did not come up in {timeout:.0f} s: {last[-2000:]}")
 
 
-PORT_TAKEN = "Address already in use"
+# Start failures that say nothing about the code under test: a port chosen free was bound by someone
+# else first, or a loaded 2-core machine kept a raylet from registering within Ray's own 30 s.
+RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node is registered
+TRANSIENT_START_FAILURES = ("Address already in use", "timed out during startup")
 
 
 def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_resources: dict | None = None):
@@ -143,8 +146,9 @@ def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_reso
     extra `ray start` args such as `--num-gpus 1`), joined at 127.0.0.1; stopped after.
 
     The ports are free when chosen but not reserved, so another process (often one of Ray's own
-    workers elsewhere on the machine) can bind one before the node does; a start that fails that
-    way is retried on fresh ports, up to three times."""
+    workers elsewhere on the machine) can bind one before the node does; and on a loaded machine a
+    raylet can miss Ray's 30 s registration deadline. A start that fails either way is retried from
+    scratch on fresh ports, up to three times; any other failure is raised at once."""
     # Ray 2.60 turns token auth on for `ray start --head` when ~/.ray/auth_token exists; every node
     # and driver of this cluster shares its own token instead, whatever that file holds.
     token_dir = tempfile.mkdtemp(prefix="rtauth-")
@@ -159,7 +163,7 @@ def _two_nodes(node2_cpus: int = 1, node2_args: tuple[str, ...] = (), node2_reso
                 break
             except RuntimeError as exc:
                 _stop(nodes)
-                if PORT_TAKEN not in str(exc) or attempt == 2:
+                if not any(reason in str(exc) for reason in TRANSIENT_START_FAILURES) or attempt == 2:
                     raise
         yield cluster
     finally:
@@ -187,14 +191,15 @@ def _start_two_nodes(env: dict, nodes: list[RayNode], node2_cpus: int, node2_arg
                                 "--dashboard-agent-listen-port", str(agent1), "--node-manager-port", str(mgr1),
                                 "--object-manager-port", str(obj1), "--num-cpus", "2", *common], env)
     nodes.append(head)
-    # The second node can only join once the head's GCS listens.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", gcs)) == 0:
-                break
+    # The second node joins once the head has finished starting (its raylet registered), so the two
+    # raylets do not compete for a 2-core machine's GCS at the same moment.
+    deadline = time.monotonic() + 90
+    while RAY_STARTED not in head.log.read_text(errors="replace"):
         if head.proc.poll() is not None:
             raise RuntimeError(f"head `ray start` exited:\n{head.log.read_text(errors='replace')[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"head `ray start` timed out during startup:\n"
+                               f"{head.log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.5)
     resources = {"node2": 1, **(node2_resources or {})}
     node2 = _start_node("node2", ["--address", f"127.0.0.1:{gcs}", "--node-ip-address", "127.0.0.1",
