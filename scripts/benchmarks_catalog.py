@@ -66,6 +66,11 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "scorer_pairs.json": ("python benchmarks/scorer_pairs.py --per-group 30", "", {"pairs_per_kind.order": 60}),
     "scorer_probe_layers.json": ("python benchmarks/scorer.py --probe-layers 1,2,3 --unseen {docs}", "", {"judge_layer": 4}),
     "scorer_draws.json": ("python benchmarks/scorer.py --draws {n_draws} --unseen {docs}", "", {"quick": False}),
+    "scorer_draws_calibration3000.json": (
+        "python benchmarks/scorer.py --draws {n_draws} --unseen {docs} --out "
+        "benchmarks/results/scorer_draws_calibration3000.json scorer.calibration.sample_size=3000",
+        "The same draws with twice the demo's calibration sample: not the recipe (lab log, 2026-12-06).",
+        {"quick": False}),
 }
 # Results in a folder of their own; `{key}` is filled from the file's top-level keys.
 DIR_COMMANDS: dict[str, tuple[str, str]] = {
@@ -82,7 +87,8 @@ HEADLINE: dict[str, tuple[str, ...]] = {  # figures shown beside the ratio keys 
     "demo_filter": ("seconds", "records", "written"),
     "scorer": ("flops_saved", "keeper_loss", "keeper_loss_p90", "false_keep", "actor_scaling",
                # scorer_draws.json (--draws): the same, pooled over independent draws
-               "flops_saved_min", "keeper_loss_pooled", "false_keep_pooled", "judge_over_probe_over_length"),
+               "flops_saved_mean", "flops_saved_min", "keeper_loss_pooled", "false_keep_pooled",
+               "judge_over_probe_over_length"),
     "scorer_pairs": ("accuracy.judge", "accuracy.cascade"),
     "tracker": ("query_ms", "targets_met"),
     "router_balance": ("steps", "seeds"),
