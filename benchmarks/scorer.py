@@ -53,6 +53,8 @@ def main() -> None:
                     "--probe-layers scorer_probe_layers.json, with --draws scorer_draws.json; none for --quick)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = ap.parse_args()
+    if args.draws and args.probe_layers:
+        ap.error("--draws and --probe-layers are two different runs: give one of them")
 
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -174,7 +174,8 @@ class CascadeScorer:
                 return probe_q, judge_q, probe_kept
         alive = set(survivors)
         read = [k for k, r in enumerate(first) if win.doc[r] in alive]  # first-leg rows the survivors keep
-        rest = [r for r in range(len(win.doc)) if win.doc[r] in alive and r not in set(first)]
+        first_rows = set(first)
+        rest = [r for r in range(len(win.doc)) if win.doc[r] in alive and r not in first_rows]
         st_read = self.bb.select(st, torch.as_tensor(read, device=dev)) if len(read) < len(first) else st
         legs = [(st_read, [first[k] for k in read])]
         if rest:
