@@ -6,9 +6,14 @@ difference between two runs is the eval set rather than the models (the trainer 
 held-out stream with `train.seed`, so two seeds were scored on different tokens).
 
     .venv/bin/python scripts/eval_streams.py RUN_DIR [--seeds 0,1] [--batches 8,32] [--routing]
+        [--bias live,average] [--train-stream]
 
 RUN_DIR is a run folder with `config.yaml` and `checkpoints/` (e.g. runs/tiny/tiny). Prints one
-line per (seed, batches) and, last, one JSON object with the same figures. `--routing` adds, per
+line per (stream, seed, batches, eval bias) and, last, one JSON object with the same figures.
+Each line gives MaxVio_global beside what uniform random top-k routing of as many tokens reads
+(its sampling floor). `--bias` scores the frozen router with the live bias and/or its average
+(`model.moe.balance.eval_bias`; default: the run's own). `--train-stream` also scores the
+training mixture's stream, for a run whose held-out documents are another domain. `--routing` adds, per
 MoE layer on the first held-out batch, how much the router's scores vary across tokens and across
 experts, the busiest expert's share of tokens and the layer's bungee scalar: a router whose
 scores do not vary across tokens sends every token to the same experts, whatever the bias does.
@@ -62,18 +67,34 @@ def held_out_config(run: Path, cfg):
     return held_out
 
 
-def score(model, held_out, seeds: list[int], batches: list[int]) -> list[dict]:
+def use_eval_bias(model, choice: str) -> None:
+    """Route `model` in eval mode with the live bias or its average (`balance.eval_bias`)."""
+    for layer in model.moe_layers():
+        cfg = layer.router.cfg
+        layer.router.cfg = cfg.model_copy(update={"balance": cfg.balance.model_copy(update={"eval_bias": choice})})
+
+
+def score(model, stream_cfg, seeds: list[int], batches: list[int], biases: list[str], stream: str = "held_out") -> list[dict]:
     import torch
 
     from services.trainer.evaluation import evaluate
+    from services.trainer.router_stats import uniform_routing_maxvio
     from shared.data.prepare import make_loader
 
+    moe = stream_cfg.model.moe
+    per_batch = stream_cfg.train.micro_batch_size * stream_cfg.train.seq_len
     rows = []
     for seed in seeds:
-        loader = make_loader(held_out.model_copy(update={"train": held_out.train.model_copy(update={"seed": seed})}))
+        loader = make_loader(stream_cfg.model_copy(update={"train": stream_cfg.train.model_copy(update={"seed": seed})}))
         for n in batches:
-            r = evaluate(model, loader, n, torch.device("cpu"))
-            rows.append({"seed": seed, "batches": n, "loss": r["eval/loss"], "maxvio_global": r.get("eval/maxvio_global")})
+            floor = uniform_routing_maxvio(n * per_batch, moe.n_routed_experts, moe.top_k) if model.moe_layers() else None
+            for bias in biases:
+                use_eval_bias(model, bias)
+                r = evaluate(model, loader, n, torch.device("cpu"))
+                rows.append({"stream": stream, "seed": seed, "batches": n, "tokens": n * per_batch, "bias": bias,
+                             "loss": r["eval/loss"], "maxvio_global": r.get("eval/maxvio_global"),
+                             "maxvio_global_per_layer": [v for k, v in r.items() if k.startswith("eval/maxvio_global/")],
+                             "uniform_floor": floor})
     return rows
 
 
@@ -93,7 +114,7 @@ def routing(model, batch) -> list[dict]:
     rows = []
     for i, scores_TE in seen.items():
         moe = model.layers[i].ffn
-        idx_TK = (scores_TE + moe.router.expert_bias_E).topk(moe.cfg.top_k, dim=-1).indices
+        idx_TK = (scores_TE + moe.router.selection_bias()).topk(moe.cfg.top_k, dim=-1).indices
         share = torch.bincount(idx_TK.reshape(-1), minlength=scores_TE.shape[1]).max().item() / idx_TK.shape[0]
         rows.append({"layer": i, "score_std_tokens": scores_TE.std(0).mean().item(),
                      "score_std_experts": scores_TE.mean(0).std().item(), "busiest_expert_share": share,
@@ -107,13 +128,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--seeds", default="0,1", help="shuffle seeds of the held-out stream (comma-separated)")
     p.add_argument("--batches", default="8,32", help="numbers of batches to score (comma-separated)")
     p.add_argument("--routing", action="store_true", help="also each MoE layer's router score spread and bungee")
+    p.add_argument("--bias", default=None, help="eval bias(es) to route with: live, average or both "
+                   "(comma-separated; default: the run's model.moe.balance.eval_bias)")
+    p.add_argument("--train-stream", action="store_true", help="also score the training mixture's stream")
     args = p.parse_args(argv)
     cfg, model = final_model(args.run)
     held_out = held_out_config(args.run, cfg)
-    rows = score(model, held_out, [int(s) for s in args.seeds.split(",")], [int(b) for b in args.batches.split(",")])
+    seeds, batches = [int(s) for s in args.seeds.split(",")], [int(b) for b in args.batches.split(",")]
+    biases = (args.bias or cfg.model.moe.balance.eval_bias).split(",")
+    unknown = sorted(set(biases) - {"live", "average"})
+    if unknown:
+        raise SystemExit(f"--bias: unknown choice(s) {unknown}; use live, average or both")
+    rows = score(model, held_out, seeds, batches, biases)
+    if args.train_stream:
+        from services.trainer.data import with_parquet_documents
+
+        rows += score(model, with_parquet_documents(cfg), seeds, batches, biases, stream="train")
     for r in rows:
-        mv = "-" if r["maxvio_global"] is None else f"{r['maxvio_global']:.2f}"
-        print(f"held-out stream seed {r['seed']}, {r['batches']} batches: loss {r['loss']:.4f}, MaxVio_global {mv}")
+        mv = "-" if r["maxvio_global"] is None else (
+            f"{r['maxvio_global']:.2f} (layers {' / '.join(f'{v:.2f}' for v in r['maxvio_global_per_layer'])}; "
+            f"uniform routing of {r['tokens']:,} tokens: {r['uniform_floor']:.3f})")
+        print(f"{r['stream']} stream seed {r['seed']}, {r['batches']} batches, {r['bias']} bias: "
+              f"loss {r['loss']:.4f}, MaxVio_global {mv}")
     out = {"run": str(args.run), "streams": rows}
     if args.routing:
         from shared.data.prepare import make_loader

@@ -66,6 +66,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _bias_averages_not_saved(path: Path, model_sd: dict[str, Any]) -> list[str]:
+    """Router bias averages that a checkpoint from before the router kept one does not hold; such a
+    checkpoint resumes with each average set to its live bias instead of failing to load."""
+    stored = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    return [k for k in model_sd if k.endswith("expert_bias_avg_E") and f"model.{k}" not in stored]
+
+
 class CheckpointManager:
     def __init__(self, root: str | os.PathLike, keep_last: int = 2):
         self.root = Path(root)
@@ -119,10 +126,15 @@ class CheckpointManager:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         layout = expert_layout(model)
         as_global(model_sd, optim_sd, layout)
+        unsaved = _bias_averages_not_saved(path, model_sd)
+        for key in unsaved:
+            del model_sd[key]
         state = {"model": model_sd, "optim": optim_sd}
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp.load(state, checkpoint_id=str(path))
+        for key in unsaved:  # the average starts from the bias it would have averaged
+            model_sd[key] = model_sd[key.replace("expert_bias_avg_E", "expert_bias_E")].clone()
         as_local(state["model"], state["optim"], layout)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         rng_file = path / f"rank{_rank()}.pt"

@@ -82,3 +82,16 @@ def health_inputs(stats: dict[int, dict]) -> dict[int, dict]:
     """What RouterHealthMonitor.observe reads, from the reduced statistics."""
     return {i: {"maxvio": s["maxvio"], "entropy": s["entropy"], "tokens_per_expert": s["tokens_per_expert"]}
             for i, s in stats.items()}
+
+
+def uniform_routing_maxvio(tokens: int, experts: int, top_k: int, draws: int = 200, seed: int = 0) -> float:
+    """Mean MaxVio of `tokens` tokens each sent to `top_k` distinct experts chosen uniformly at random.
+
+    The sampling floor of a MaxVio measured over that many tokens: a perfectly balanced router
+    reads about this much, so a figure near it says no more than "balanced within the sample"."""
+    gen = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(draws):
+        idx = torch.rand(tokens, experts, generator=gen).topk(top_k, dim=1).indices
+        total += float(max_violation(torch.bincount(idx.reshape(-1), minlength=experts)))
+    return total / draws

@@ -27,6 +27,16 @@ class BalanceConfig(Section):
     bias_update_every: Literal["step", "micro_batch"] = Field(
         "step", description="Apply the bias update after every optimizer step, or after every micro-batch's backward."
     )
+    eval_bias: Literal["live", "average"] = Field(
+        "average", description="The bias the router selects with in eval mode (held-out evals, inference). live: the bias "
+        "as last updated; average: its exponential moving average over bias updates, which leaves out the swing "
+        "of a bias that chases each micro-batch (a snapshot of it routes a frozen model out of balance).",
+    )
+    bias_average_tokens: int = Field(
+        16384, ge=1, description="Horizon of the `average` eval bias in routed tokens: a bias update after n tokens "
+        "weighs the new bias by 1 − exp(−n / horizon), so the average spans the same data whether the bias moves "
+        "after every micro-batch or every step.",
+    )
     seq_aux_alpha: float = Field(1e-4, ge=0.0, le=1.0, description="α of DeepSeek-V3's sequence-wise auxiliary loss (0 = off).")
     switch_aux_alpha: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the classic Switch-style load-balancing loss.")
     z_loss_coef: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the router z-loss (ST-MoE).")

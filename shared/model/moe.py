@@ -87,7 +87,9 @@ class MoELayer(nn.Module):
 
     @torch.no_grad()
     def update_bias(self) -> None:
-        """Aux-loss-free bias step (`balance.bias_update_rule`) from loads since the last call; resets them."""
+        """Aux-loss-free bias step (`balance.bias_update_rule`) from loads since the last call; resets them
+        and folds the new bias into the average that eval mode may route with."""
         bal = self.cfg.balance
         bias_update_(self.router.expert_bias_E, self.load_accum_E, bal.bias_update_rate, bal.bias_update_rule)
+        self.router.average_bias(self.load_accum_E.sum() / self.cfg.top_k)
         self.load_accum_E.zero_()

@@ -3,6 +3,9 @@
 scores = softmax or sigmoid of x·W_rᵀ; selection uses scores + bias (the aux-loss-free balancing
 bias, a checkpointed buffer that never receives gradients); the combine weights are the *unbiased*
 scores of the chosen experts, optionally renormalised to sum to 1 and multiplied by `route_scale`.
+In eval mode the selection may use the bias's moving average instead (`balance.eval_bias`): a bias
+updated after every small micro-batch swings with the last batches it saw, and the balance it keeps
+in training comes from that feedback, which a frozen model no longer has.
 Group-limited routing (DeepSeek-V3 §2.1.2): experts are split into `n_groups`; a group's score is
 the sum of its two highest (biased) scores; each token may only pick experts from its best
 `topk_groups` groups.
@@ -38,18 +41,41 @@ class Router(nn.Module):
         nn.init.normal_(self.weight_ED, std=d_model**-0.5)
         # Checkpointed; updated by `bias_update_` after optimizer steps, never by gradients.
         self.register_buffer("expert_bias_E", torch.zeros(E, dtype=torch.float32))
+        # Its exponential moving average over the tokens behind the updates (`balance.bias_average_tokens`).
+        self.register_buffer("expert_bias_avg_E", torch.zeros(E, dtype=torch.float32))
 
     def _apply(self, fn, recurse=True):
-        """Keep the bias fp32 through `.to(bfloat16)`/`.half()`: γ = 1e-3 steps vanish in bf16."""
+        """Keep the biases fp32 through `.to(bfloat16)`/`.half()`: γ = 1e-3 steps vanish in bf16."""
         super()._apply(fn, recurse)
         self.expert_bias_E = self.expert_bias_E.float()
+        self.expert_bias_avg_E = self.expert_bias_avg_E.float()
         return self
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """A state dict saved before the router kept a bias average loads with the average set to its bias."""
+        bias, avg = prefix + "expert_bias_E", prefix + "expert_bias_avg_E"
+        if bias in state_dict and avg not in state_dict:
+            state_dict[avg] = state_dict[bias].clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def selection_bias(self) -> Tensor:
+        """The bias added to the scores for top-k: the live one in training, `balance.eval_bias`'s in eval mode."""
+        if self.training or self.cfg.balance.eval_bias == "live":
+            return self.expert_bias_E
+        return self.expert_bias_avg_E
+
+    @torch.no_grad()
+    def average_bias(self, tokens: Tensor) -> None:
+        """Fold the bias just updated from `tokens` routed tokens (a 0-dim tensor: no device sync) into
+        its moving average."""
+        decay = torch.exp(-tokens.float() / self.cfg.balance.bias_average_tokens)
+        self.expert_bias_avg_E.mul_(decay).add_((1.0 - decay) * self.expert_bias_E)
 
     def forward(self, x_TD: Tensor) -> RouterOutput:
         cfg = self.cfg
         logits_TE = F.linear(x_TD.float(), self.weight_ED.float())
         scores_TE = logits_TE.sigmoid() if cfg.score_func == "sigmoid" else logits_TE.softmax(-1)
-        select_TE = scores_TE.detach() + self.expert_bias_E
+        select_TE = scores_TE.detach() + self.selection_bias()
         if cfg.n_groups > 1:
             select_TE = self._limit_groups(select_TE)
         idx_TK = select_TE.topk(cfg.top_k, dim=-1, sorted=False).indices

@@ -26,3 +26,14 @@ def test_a_finished_run_is_scored_on_its_own_stream_and_on_another_shuffle(tmp_p
     # One row per MoE layer; a freshly trained router's scores vary across tokens and no expert takes all.
     assert [r["layer"] for r in out["routing"]] == list(range(cfg.model.first_k_dense, cfg.model.n_layers))
     assert all(r["score_std_tokens"] > 1e-3 and r["busiest_expert_share"] < 1.0 for r in out["routing"])
+    # The frozen router with either eval bias, on the held-out and the training stream, beside the
+    # sampling floor of as many tokens; the trainer's own eval used the run's default (average).
+    both = eval_streams.main([str(tmp_path / "runs" / "tiny"), "--seeds", "0", "--batches", "2", "--bias",
+                              "live,average", "--train-stream"])
+    rows = {(r["stream"], r["bias"]): r for r in both["streams"]}
+    assert set(rows) == {(s, b) for s in ("held_out", "train") for b in ("live", "average")}
+    assert rows[("held_out", "average")]["maxvio_global"] == pytest.approx(result["eval/maxvio_global"])
+    assert all(r["uniform_floor"] > 0 and r["tokens"] == 2 * cfg.train.micro_batch_size * cfg.train.seq_len
+               for r in rows.values())
+    with pytest.raises(SystemExit, match="unknown choice"):
+        eval_streams.main([str(tmp_path / "runs" / "tiny"), "--bias", "ema"])

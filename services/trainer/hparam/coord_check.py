@@ -76,6 +76,8 @@ def _check_config(cfg: ExperimentConfig, optimizer: str, seed: int, micro_batch:
     data = cfg.model_dump(mode="json")
     data["optim"].update(schedule="constant", warmup_steps=0, name=optimizer, lr=lr)
     data["train"].update(seed=seed, micro_batch_size=micro_batch, seq_len=seq_len, grad_accum=1)
+    # the probe reads the model being trained, routed as in training (a bias average means nothing after 3 steps)
+    data["model"]["moe"]["balance"]["eval_bias"] = "live"
     return validate(data, source="coordinate-check config")
 
 

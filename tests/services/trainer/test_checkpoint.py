@@ -51,6 +51,27 @@ def test_roundtrip_restores_weights_optimizer_buffers_and_rng(tmp_path):
             assert torch.equal(torch.as_tensor(saved[key][name]), torch.as_tensor(loaded[key][name]))
 
 
+def test_a_checkpoint_from_before_the_router_bias_average_resumes_with_the_average_set_to_the_bias(tmp_path):
+    from shared.config.model import MoEConfig
+    from shared.model.moe import MoELayer
+
+    def layer_and_opt():
+        torch.manual_seed(0)
+        layer = MoELayer(16, MoEConfig(n_routed_experts=4, n_shared_experts=0, expert_hidden=8, top_k=1, bungee=False))
+        return layer, torch.optim.AdamW(layer.parameters(), lr=1e-2)
+
+    old, old_opt = layer_and_opt()
+    old.router.expert_bias_E.copy_(torch.tensor([0.1, -0.2, 0.3, 0.0]))
+    old.router._non_persistent_buffers_set.add("expert_bias_avg_E")  # saved as the code before the average saved
+    mgr = CheckpointManager(tmp_path)
+    mgr.save(1, old, old_opt, {})
+
+    layer, opt = layer_and_opt()
+    mgr.load(mgr.latest(), layer, opt)
+    assert torch.equal(layer.router.expert_bias_E, torch.tensor([0.1, -0.2, 0.3, 0.0]))
+    assert torch.equal(layer.router.expert_bias_avg_E, layer.router.expert_bias_E)
+
+
 def test_keeps_only_the_newest_checkpoints(tmp_path):
     model, opt = _model_and_opt()
     mgr = CheckpointManager(tmp_path, keep_last=2)

@@ -45,3 +45,13 @@ def test_two_process_router_statistics_equal_one_process(tmp_path, doc_globs):
     for key in keys:
         for step, want in a[key].items():
             assert b[key][step] == pytest.approx(want, rel=1e-4, abs=1e-6), (key, step)
+
+
+def test_uniform_routing_floor_falls_with_the_tokens_and_is_zero_when_every_expert_is_chosen():
+    from services.trainer.router_stats import uniform_routing_maxvio
+
+    assert uniform_routing_maxvio(100, experts=2, top_k=2) == 0.0  # each token takes both experts
+    floors = [uniform_routing_maxvio(t, experts=8, top_k=2) for t in (512, 2048, 8192)]
+    assert 0.08 < floors[0] < 0.17  # binomial spread of 1,024 assignments over 8 experts, max of 8
+    assert floors[0] > floors[1] > floors[2] > 0
+    assert abs(floors[0] / floors[2] - 4.0) < 1.0  # the spread falls as 1/sqrt(tokens)

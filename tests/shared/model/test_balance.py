@@ -106,3 +106,69 @@ def test_bias_stays_fp32_when_the_layer_is_cast_to_bf16():
     assert layer.router.expert_bias_E.dtype == torch.float32
     y, _ = layer(_batch(0).to(torch.bfloat16))
     assert y.dtype == torch.bfloat16
+
+
+def _layer_with(eval_bias: str, horizon: int = 1024) -> MoELayer:
+    cfg = MoEConfig(n_routed_experts=8, n_shared_experts=0, expert_hidden=8, top_k=2, bungee=False,
+                    balance={"bias_update_rate": 1e-2, "bias_update_rule": "error", "seq_aux_alpha": 0.0,
+                             "eval_bias": eval_bias, "bias_average_tokens": horizon})
+    return MoELayer(16, cfg)
+
+
+def test_bias_average_weighs_each_update_by_the_tokens_behind_it():
+    layer = _layer_with("average", horizon=1024)
+    layer.load_accum_E.copy_(torch.tensor([4.0, 0, 2, 2, 2, 2, 2, 2]) * 16)  # 256 assignments = 128 tokens, top-2
+    layer.update_bias()
+    b1 = layer.router.expert_bias_E.clone()
+    w1 = 1 - math.exp(-128 / 1024)
+    torch.testing.assert_close(layer.router.expert_bias_avg_E, w1 * b1)
+    layer.load_accum_E.copy_(torch.tensor([4.0, 2, 2, 2, 2, 2, 1, 1]) * 128)  # 2,048 assignments = 1,024 tokens
+    layer.update_bias()
+    w2 = 1 - math.exp(-1024 / 1024)
+    torch.testing.assert_close(layer.router.expert_bias_avg_E, (1 - w2) * w1 * b1 + w2 * layer.router.expert_bias_E)
+
+
+def test_the_average_spans_the_same_tokens_whatever_the_update_cadence():
+    """16 updates of 128 tokens fold a constant bias in as far as one update of 2,048 tokens."""
+    per_micro_batch, per_step = _layer_with("average"), _layer_with("average")
+    for layer in (per_micro_batch, per_step):
+        layer.router.expert_bias_E.fill_(1.0)
+        layer.cfg = layer.router.cfg = layer.cfg.model_copy(
+            update={"balance": layer.cfg.balance.model_copy(update={"bias_update_rate": 0.0})})
+    for _ in range(16):
+        per_micro_batch.load_accum_E.fill_(32.0)  # 256 assignments, 128 tokens
+        per_micro_batch.update_bias()
+    per_step.load_accum_E.fill_(512.0)  # 4,096 assignments, 2,048 tokens
+    per_step.update_bias()
+    torch.testing.assert_close(per_micro_batch.router.expert_bias_avg_E, per_step.router.expert_bias_avg_E)
+    torch.testing.assert_close(per_step.router.expert_bias_avg_E, torch.full((8,), 1 - math.exp(-2048 / 1024)))
+
+
+def _routes(layer: MoELayer, x: torch.Tensor) -> list[int]:
+    with torch.no_grad():
+        _, stats = layer(x)
+    return stats["tokens_per_expert"].tolist()
+
+
+def test_eval_mode_routes_with_the_average_and_training_with_the_live_bias():
+    x = _batch(3)
+    for eval_bias in ("average", "live"):
+        layer = _layer_with(eval_bias)
+        with torch.no_grad():
+            layer.router.expert_bias_E.copy_(torch.tensor([5.0, 5.0, 0, 0, 0, 0, 0, 0]))  # live: experts 0 and 1 only
+            layer.router.expert_bias_avg_E.zero_()  # average: the router's own preference
+        live_loads = _routes(layer.train(), x)
+        assert live_loads[0] == live_loads[1] == x.shape[0] * x.shape[1]
+        eval_loads = _routes(layer.eval(), x)
+        assert (eval_loads == live_loads) == (eval_bias == "live")
+        layer.load_accum_E.zero_()
+
+
+def test_a_state_dict_without_the_average_loads_with_the_average_set_to_the_bias():
+    old = _layer_with("average").state_dict()
+    old["router.expert_bias_E"] = torch.linspace(-1, 1, 8)
+    del old["router.expert_bias_avg_E"]
+    layer = _layer_with("average")
+    layer.load_state_dict(old)
+    torch.testing.assert_close(layer.router.expert_bias_avg_E, torch.linspace(-1, 1, 8))
+    assert layer.router.expert_bias_avg_E.data_ptr() != layer.router.expert_bias_E.data_ptr()
