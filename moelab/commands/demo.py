@@ -111,11 +111,44 @@ def ensure_ray(root: Path, cpus: int, head: RayHead = DEMO_HEAD) -> None:
     raise RuntimeError(f"the Ray head did not come up within 120 s (dashboard {head.dashboard}); see runs/ray-head.log")
 
 
+TRACKER_PORTS_TRIED = 10
+_NO_SUCH_RUN = "demo-write-probe"
+
+
+def _takes_writes(url: str, token: str | None) -> bool:
+    """Whether the tracker at `url` accepts writes with `token`. A heartbeat for a run that does not
+    exist answers 404 once the token passes and 401/403 when it does not; nothing is written."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        status = httpx.post(f"{url}/api/runs/{_NO_SUCH_RUN}/heartbeat", headers=headers, timeout=2.0).status_code
+    except httpx.HTTPError:
+        return False
+    return status not in (401, 403)
+
+
 def ensure_tracker(root: Path, port: int) -> str:
+    """Use the tracker on `port` when it takes this checkout's token, or start this checkout's own.
+
+    A tracker that another checkout started answers on the same port with its own token store: the
+    demo's runs would be refused (401), spooled, and missing from the dashboard the summary points
+    at. Such a server is left alone and the next free port is used instead."""
+    for candidate in range(port, port + TRACKER_PORTS_TRIED):
+        url = f"http://127.0.0.1:{candidate}"
+        if not _http_ok(f"{url}/healthz"):
+            return _start_tracker(root, candidate)
+        if _takes_writes(url, _token(root)):
+            typer.echo(f"tracker: using the running server at {url}")
+            return url
+        typer.echo(f"tracker: the server at {url} does not accept this checkout's token ({_token_file(root)}): "
+                   "started from another checkout? Leaving it alone.")
+    raise RuntimeError(f"ports {port}-{port + TRACKER_PORTS_TRIED - 1} all hold trackers that refuse this checkout's "
+                       f"token; stop one (`moelab demo --stop` in its checkout) or pass --port")
+
+
+def _start_tracker(root: Path, port: int) -> str:
     url = f"http://127.0.0.1:{port}"
-    if _http_ok(f"{url}/healthz"):
-        typer.echo(f"tracker: using the running server at {url}")
-        return url
     logs = root / "runs"
     logs.mkdir(exist_ok=True)
     typer.echo(f"tracker: starting on {url} (log: runs/tracker.log)")
@@ -141,12 +174,18 @@ def stop_demo(root: Path) -> None:
                    "the demo found already running is not its to stop)")
 
 
+def _token_file(root: Path) -> Path:
+    from shared.config import load_config
+
+    return root / load_config(root / "configs" / "demo.yaml").tracker.token_file
+
+
 def _token(root: Path) -> str | None:
     from shared.config import load_config
     from shared.tracking import _resolve_token
 
     t = load_config(root / "configs" / "demo.yaml").tracker
-    return _resolve_token(None, t.token_env, str(root / t.token_file))
+    return _resolve_token(None, t.token_env, str(_token_file(root)))
 
 
 def print_summary(summary: dict, tracker_url: str) -> None:

@@ -52,7 +52,7 @@ def forward_backward(w: Worker, step: int) -> MicroBatches:
         ((loss + aux["aux_loss"]) / tc.grad_accum).backward()
         if w.per_micro_batch:  # after the backward: a recomputed forward must route as the first did
             sync_router_loads(w.model)
-            w.model.update_router_biases()
+            w.model.update_router_biases(w.tokens_per_step / tc.grad_accum)
         loss_sum += float(loss.detach()) / tc.grad_accum
         aux_sum += float(aux["aux_loss"].detach()) / tc.grad_accum
         tally.add(aux["layers"])
@@ -90,5 +90,5 @@ def apply_update(w: Worker) -> dict[str, float]:
     w.optimizer.zero_grad()
     if not w.per_micro_batch:
         sync_router_loads(w.model)
-        w.model.update_router_biases()
+        w.model.update_router_biases(w.tokens_per_step)
     return opt_stats

@@ -86,10 +86,13 @@ class MoELayer(nn.Module):
         return y_ND.view(B, T, D), stats
 
     @torch.no_grad()
-    def update_bias(self) -> None:
+    def update_bias(self, tokens: float | None = None) -> None:
         """Aux-loss-free bias step (`balance.bias_update_rule`) from loads since the last call; resets them
-        and folds the new bias into the average that eval mode may route with."""
+        and folds the new bias into the average that eval mode may route with, weighted by `tokens`,
+        the tokens behind this update. Without it they are counted from the loads, which a forward
+        recomputed under activation checkpointing adds twice (the bias step is scale-free; the
+        average's weight is not), so a trainer that recomputes passes the count it knows."""
         bal = self.cfg.balance
         bias_update_(self.router.expert_bias_E, self.load_accum_E, bal.bias_update_rate, bal.bias_update_rule)
-        self.router.average_bias(self.load_accum_E.sum() / self.cfg.top_k)
+        self.router.average_bias(self.load_accum_E.sum() / self.cfg.top_k if tokens is None else tokens)
         self.load_accum_E.zero_()

@@ -65,10 +65,11 @@ class Router(nn.Module):
         return self.expert_bias_avg_E
 
     @torch.no_grad()
-    def average_bias(self, tokens: Tensor) -> None:
-        """Fold the bias just updated from `tokens` routed tokens (a 0-dim tensor: no device sync) into
-        its moving average."""
-        decay = torch.exp(-tokens.float() / self.cfg.balance.bias_average_tokens)
+    def average_bias(self, tokens: Tensor | float) -> None:
+        """Fold the bias just updated from `tokens` routed tokens (a number, or a 0-dim tensor: no device
+        sync) into its moving average."""
+        tokens = torch.as_tensor(tokens, dtype=torch.float32, device=self.expert_bias_E.device)
+        decay = torch.exp(-tokens / self.cfg.balance.bias_average_tokens)
         self.expert_bias_avg_E.mul_(decay).add_((1.0 - decay) * self.expert_bias_E)
 
     def forward(self, x_TD: Tensor) -> RouterOutput:

@@ -96,10 +96,11 @@ class MoETransformer(nn.Module):
         return [b.ffn for b in self.layers if b.is_moe]
 
     @torch.no_grad()
-    def update_router_biases(self) -> None:
-        """Aux-loss-free balancing step for every MoE layer, from loads accumulated since the last call."""
+    def update_router_biases(self, tokens: float | None = None) -> None:
+        """Aux-loss-free balancing step for every MoE layer, from loads accumulated since the last call
+        over `tokens` tokens (None: counted from the loads; see `MoELayer.update_bias`)."""
         for layer in self.moe_layers():
-            layer.update_bias()
+            layer.update_bias(tokens)
 
     def lr_multipliers(self) -> dict[str, float]:
         """Adam-family muP LR multiplier per parameter name (Muon's are in shared.optim.scaling)."""

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moelab.cli import app
-from moelab.commands.demo import RayHead, _http_ok, ensure_ray, ensure_tracker
+from moelab.commands.demo import RayHead, _http_ok, _takes_writes, _token, ensure_ray, ensure_tracker
 from moelab.commands.demo_processes import GONE, RECORD_FILE, _group, _stat, read_records, stop_recorded
 from shared.net import free_port
 
@@ -72,3 +72,22 @@ def test_demo_stop_ends_the_head_and_tracker_it_started_and_nothing_else(tmp_pat
     finally:
         stop_recorded(record, grace_s=10.0)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def test_a_tracker_another_checkout_started_is_left_alone_and_the_demo_starts_its_own(tmp_path, monkeypatch, other_tracker):
+    """The other server answers on the demo's port with its own tokens: the demo's runs would be
+    refused and spooled, so the demo must not report to it."""
+    monkeypatch.delenv("MOELAB_TRACKER_TOKEN", raising=False)
+    shutil.copytree(Path(__file__).resolve().parents[3] / "configs", tmp_path / "configs")
+    other, other_url = other_tracker
+    assert _wait_healthy(other_url)
+    other_port = int(other_url.rsplit(":", 1)[1])
+    try:
+        url = ensure_tracker(tmp_path, other_port)
+        assert url != other_url and int(url.rsplit(":", 1)[1]) > other_port
+        assert _takes_writes(url, _token(tmp_path))
+        assert not _takes_writes(other_url, _token(tmp_path))
+        assert ensure_tracker(tmp_path, other_port) == url  # the next demo finds its own server again
+        assert other.poll() is None
+    finally:
+        stop_recorded(tmp_path / RECORD_FILE, grace_s=10.0)
