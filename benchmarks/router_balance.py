@@ -5,7 +5,11 @@ Each arm is a real `moelab train` run of a recipe (default configs/tiny.yaml: 8 
 (router statistics of the global batch, every step) and report, for the second half of the run:
 the mean MaxVio of the worst MoE layer (and of every layer), the largest MaxVio seen (an expert at
 (1 + MaxVio)× its balanced share; the acceptance bar is < 2×), the router-health warnings the run
-raised, and the final held-out loss. The peer is the shipped DeepSeek-V3 setting (sign rule,
+raised, and the final held-out loss. Then the final model, frozen, routes the next 32,768 tokens of
+its training stream (tokens it has not trained on) with the bias as last updated and with its
+average (`model.moe.balance.eval_bias`): a bias that moves after every micro-batch keeps each
+step's summed loads balanced by feedback, so the step MaxVio flatters it, and this MaxVio_global
+is what a deployed model routes with (beside uniform routing's sampling floor). The peer is the shipped DeepSeek-V3 setting (sign rule,
 γ = 1e-3, α = 1e-4); Loss-Free Balancing (Wang et al. 2024, arXiv:2408.15664) reports MaxVio_global
 0.72 with an aux loss against 0.04 loss-free at 1B scale and huge batches, the reference our small
 batches are measured against.
@@ -61,6 +65,45 @@ def _ladder() -> list[tuple[str, list[str]]]:
 ARMS = _ladder()
 
 
+FROZEN_TOKENS = 32768
+
+
+def frozen_router_maxvio(cfg, tokens: int = FROZEN_TOKENS) -> dict:
+    """MaxVio_global of the run's final model, frozen, over the next `tokens` tokens of its training
+    stream (from where its last checkpoint left the loader), with the live bias and its average."""
+    import math
+
+    import torch
+
+    from scripts.eval_streams import final_model, use_eval_bias
+    from services.trainer.checkpoint import CheckpointManager
+    from services.trainer.data import with_parquet_documents
+    from services.trainer.loop import run_dir
+    from services.trainer.router_stats import RouterTally, uniform_routing_maxvio
+    from shared.data.prepare import make_loader
+
+    run = run_dir(cfg)
+    position = json.loads((CheckpointManager(run / "checkpoints").latest() / "meta.json").read_text())["data"]
+    _, model = final_model(run)
+    model.eval()
+    loader = make_loader(with_parquet_documents(cfg))
+    batches = math.ceil(tokens / (cfg.train.micro_batch_size * cfg.train.seq_len))
+    out = {"tokens": batches * cfg.train.micro_batch_size * cfg.train.seq_len}
+    for bias in ("live", "average"):
+        use_eval_bias(model, bias)
+        loader.load_state_dict(position)
+        tally = RouterTally()
+        with torch.no_grad():
+            for _ in range(batches):
+                tally.add(model(next(loader).inputs_BT)[1]["layers"])
+        per_layer = {f"layer{i}": st["maxvio"] for i, st in tally.layer_stats().items()}
+        out[bias] = max(per_layer.values())
+        out[f"{bias}_per_layer"] = per_layer
+    moe = cfg.model.moe
+    out["uniform_floor"] = uniform_routing_maxvio(out["tokens"], moe.n_routed_experts, moe.top_k)
+    return out
+
+
 def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str) -> dict:
     import torch
 
@@ -85,7 +128,8 @@ def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int,
     return {"arm": name, "seed": seed, "maxvio_last_half": max(per_layer.values()), "maxvio_per_layer": per_layer,
             "maxvio_peak_last_half": max(series["router/maxvio"][s] for s in half),
             "router_warnings": result.get("router_warnings"), "eval_loss": result.get("eval/loss"),
-            "eval_maxvio_global": result.get("eval/maxvio_global"), "seconds": round(time.perf_counter() - t0, 1)}
+            "eval_maxvio_global": result.get("eval/maxvio_global"), "frozen_maxvio_global": frozen_router_maxvio(cfg),
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -113,16 +157,24 @@ def main(argv: list[str] | None = None) -> dict:
         runs = [j.result() for j in jobs]
     table = {}
     print(f"router balance: {args.recipe}, {steps} steps, {args.seeds} seed(s); second half of each run")
-    print(f"{'arm':24s} {'MaxVio worst layer':>18s} {'peak':>6s} {'warnings':>8s} {'eval loss':>9s}")
+    print(f"{'arm':24s} {'MaxVio worst layer':>18s} {'peak':>6s} {'warnings':>8s} {'eval loss':>9s} "
+          f"{'frozen live':>11s} {'frozen avg':>10s}")
     for name, _ in arms:
         rs = [r for r in runs if r["arm"] == name]
         row = {k: sum(r[k] for r in rs) / len(rs) for k in ("maxvio_last_half", "maxvio_peak_last_half", "eval_loss")}
+        for bias in ("live", "average"):
+            row[f"frozen_maxvio_{bias}"] = sum(r["frozen_maxvio_global"][bias] for r in rs) / len(rs)
+        row["frozen_tokens"] = rs[0]["frozen_maxvio_global"]["tokens"]
+        row["frozen_uniform_floor"] = rs[0]["frozen_maxvio_global"]["uniform_floor"]
         row["router_warnings"] = sum(r["router_warnings"] for r in rs)
         row["overrides"] = dict(arms)[name]
         row["runs"] = rs
         table[name] = row
         print(f"{name:24s} {row['maxvio_last_half']:18.3f} {row['maxvio_peak_last_half']:6.2f} "
-              f"{row['router_warnings']:8d} {row['eval_loss']:9.4f}")
+              f"{row['router_warnings']:8d} {row['eval_loss']:9.4f} {row['frozen_maxvio_live']:11.3f} "
+              f"{row['frozen_maxvio_average']:10.3f}")
+    print(f"frozen: the final model routing the next {row['frozen_tokens']:,} tokens of its training stream "
+          f"(uniform routing reads {row['frozen_uniform_floor']:.3f})")
     result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "arms": table,
               "defaults": load_config(ROOT / args.recipe).model.moe.balance.model_dump(),
               "wall_seconds": round(time.perf_counter() - t0, 1), "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
