@@ -39,6 +39,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+def finish(result: dict, out: str, name: str, quick: bool) -> None:
+    """Add the machine the run measured on (its counts reproduce across machines, its docs/s do not),
+    write the JSON and print it as the last line."""
+    from services.scorer.stage_support import write_result
+    from shared.kernels.blas_probe import machine_report
+
+    result["machine"] = machine_report()
+    write_result(result, out, name, quick)
+    print(json.dumps(result))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
@@ -63,7 +74,7 @@ def main() -> None:
     from services.scorer import pipeline
     from services.scorer.sample_docs import demo_pool
     from services.scorer.scoring import run_scoring
-    from services.scorer.stage_support import benchmark_recipe, write_result
+    from services.scorer.stage_support import benchmark_recipe
 
     cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     tmp = Path(tempfile.mkdtemp(prefix="bench-scorer-"))
@@ -73,8 +84,7 @@ def main() -> None:
     if args.draws:
         result = {**measure_draws(cfg, docs, n_unseen, args.draws), "oracle": "heuristic (stand-in)",
                   "quick": args.quick, "overrides": overrides}
-        write_result(result, args.out, "scorer_draws", args.quick)
-        print(json.dumps(result))
+        finish(result, args.out, "scorer_draws", args.quick)
         return
     random.Random(UNSEEN_SHUFFLE_SEED).shuffle(docs)
     held, pool = docs[:n_unseen], docs[n_unseen:]
@@ -94,8 +104,7 @@ def main() -> None:
             print(f"L_probe={layer}: {json.dumps(sweep[layer])}", flush=True)
         result = {"sweep": sweep, "judge_layer": cfg.scorer.judge_layer, "docs": len(held),
                   "oracle": "heuristic (stand-in)", "quick": args.quick, "overrides": overrides}
-        write_result(result, args.out, "scorer_probe_layers", args.quick)
-        print(json.dumps(result))
+        finish(result, args.out, "scorer_probe_layers", args.quick)
         return
     m = build_and_measure(cfg, pool, held)
     m["label_seconds"] = label_s
@@ -129,8 +138,7 @@ def main() -> None:
           f"false keeps {m['false_keep']:.2%} ({m['rejects_kept']}/{m['rejects']}, 90% bound {m['false_keep_p90']:.2%}); "
           f"2 vs 1 actors: {m['actor_scaling']:.2f}x; held-out Spearman {m['held_out_spearman']}; "
           f"on the unseen documents {m['unseen_spearman']}")
-    write_result(m, args.out, "scorer", args.quick)
-    print(json.dumps(m))
+    finish(m, args.out, "scorer", args.quick)
 
 
 UNSEEN_SHUFFLE_SEED = 11  # draw k of --draws shuffles with 11 + k, so draw 0 is the single run's split

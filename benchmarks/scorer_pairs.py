@@ -69,7 +69,6 @@ def main() -> None:
     ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer_pairs.json unless --quick)")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. scorer.probe_layer=3")
     args = ap.parse_args()
-
     import numpy as np
 
     from services.scorer import pipeline
@@ -78,6 +77,7 @@ def main() -> None:
     from services.scorer.oracle import make_oracle
     from services.scorer.sample_docs import demo_pool
     from services.scorer.stage_support import benchmark_recipe, write_result
+    from shared.kernels.blas_probe import machine_report
 
     cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
     cfg.scorer.out_dir = args.out_dir or tempfile.mkdtemp(prefix="bench-pairs-")
@@ -139,6 +139,7 @@ def main() -> None:
         "flops_saved_calibrate": calib["compute"]["flops_saved"],
         "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
         "config": _repo_relative(args.config), "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
+        "machine": machine_report(),  # its counts reproduce across machines, its seconds do not
     }
     write_result(result, args.out, "scorer_pairs", args.quick)
     print(json.dumps(result))

@@ -62,6 +62,12 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "python benchmarks/precision_gap.py --steps 200 --batch 4 --seq 64",
         "The first harness at 4 × 64 tokens per step; its `--batch` and `--seq` options no longer exist.",
         {"steps": 200, "tokens_per_step": 256}),
+    "router_balance_frozen.json": (
+        "python benchmarks/router_balance.py --seeds {seeds} --out benchmarks/results/router_balance_frozen.json "
+        "--arm recipe_16x1= --arm recipe_per_step=model.moe.balance.bias_update_every=step --arm "
+        "recipe_gamma_1e-2=model.moe.balance.bias_update_rate=0.01 --arm recipe_per_step_gamma_1e-1="
+        "model.moe.balance.bias_update_every=step,model.moe.balance.bias_update_rate=0.1",
+        "The tiny recipe's bias cadence and step size, ranked by the frozen router (docs/moe.md).", {"seeds": 4}),
     "scorer.json": ("python benchmarks/scorer.py --unseen {docs}", "", {"quick": False}),
     "scorer_pairs.json": ("python benchmarks/scorer_pairs.py --per-group 30", "", {"pairs_per_kind.order": 60}),
     "scorer_probe_layers.json": ("python benchmarks/scorer.py --probe-layers 1,2,3 --unseen {docs}", "", {"judge_layer": 4}),

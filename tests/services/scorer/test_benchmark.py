@@ -14,6 +14,7 @@ def test_scorer_benchmark_quick_prints_flops_saved_and_keeper_loss():
     assert 0.0 <= last["false_keep"] <= last["false_keep_p90"] <= 1.0 and last["rejects"] + last["keepers"] == last["docs"]
     assert 0.0 <= last["probe_kept"] <= last["judge_passes_skipped"] <= 1.0
     assert last["ratio"] > 0 and last["actors_1_docs_per_s"] > 0 and last["actors_2_docs_per_s"] > 0
+    assert last["machine"]["cpu"] and last["machine"]["threads"] >= 1  # docs/s are this machine's
     unseen = last["unseen_spearman"]  # every unseen document labelled, both rubrics measured with a bootstrap
     assert unseen["unlabelled"] == 0 and {"general", "code"} <= set(unseen)
     assert sum(unseen[r]["n"] for r in ("general", "code")) == last["docs"]
@@ -30,3 +31,4 @@ def test_scorer_pairs_benchmark_quick_reports_accuracy_per_kind_for_every_head()
     for mode in ("probe", "judge", "cascade", "oracle"):
         assert set(last["accuracy"][mode]) == kinds and all(0 <= v <= 1 for v in last["accuracy"][mode].values())
     assert 0 < last["read_fraction_mean"] <= 1
+    assert last["machine"]["cpu"] and "blas" in last["machine"]
