@@ -185,7 +185,7 @@ def _token(root: Path) -> str | None:
     from shared.tracking import _resolve_token
 
     t = load_config(root / "configs" / "demo.yaml").tracker
-    return _resolve_token(None, t.token_env, str(_token_file(root)))
+    return _resolve_token(None, t.token_env, str(root / t.token_file))
 
 
 def print_summary(summary: dict, tracker_url: str) -> None:

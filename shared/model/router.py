@@ -13,6 +13,7 @@ the sum of its two highest (biased) scores; each token may only pick experts fro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,9 +69,13 @@ class Router(nn.Module):
     def average_bias(self, tokens: Tensor | float) -> None:
         """Fold the bias just updated from `tokens` routed tokens (a number, or a 0-dim tensor: no device
         sync) into its moving average."""
-        tokens = torch.as_tensor(tokens, dtype=torch.float32, device=self.expert_bias_E.device)
-        decay = torch.exp(-tokens / self.cfg.balance.bias_average_tokens)
-        self.expert_bias_avg_E.mul_(decay).add_((1.0 - decay) * self.expert_bias_E)
+        horizon = self.cfg.balance.bias_average_tokens
+        if isinstance(tokens, Tensor):
+            decay = torch.exp(-tokens.float() / horizon)
+            self.expert_bias_avg_E.mul_(decay).add_((1.0 - decay) * self.expert_bias_E)
+        else:  # the trainer's count: a Python number, no tensor made per update
+            decay = math.exp(-tokens / horizon)
+            self.expert_bias_avg_E.mul_(decay).add_(self.expert_bias_E, alpha=1.0 - decay)
 
     def forward(self, x_TD: Tensor) -> RouterOutput:
         cfg = self.cfg
