@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/hparam/coord_check"), "--out", help="Folder for the PNG, tables and records."),
         corpus: bool = CORPUS_OPT,
     ) -> None:
-        """Coordinate check: each matrix's ΔW·x and each block's contribution across widths (muP vs SP)."""
+        """Coordinate check: each matrix's ΔW·x on its input at init, and each block's contribution, across widths (muP vs SP)."""
         cfg = _load(config, overrides, out, corpus)
         from services.trainer.hparam.coord_check import (
             coord_check,

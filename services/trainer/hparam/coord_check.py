@@ -4,16 +4,27 @@ muP (Yang et al. 2022, "Tensor Programs V", arXiv:2203.03466, §D.1) promises th
 every hidden matrix's change moves its own output by a width-independent amount: ΔW·x has
 coordinates of size Θ(1) whatever the width (the spectral condition of Yang, Simon & Bernstein
 2023 says the same with norms). So per weight matrix we record RMS(ΔW·x), ΔW = W_t − W_0 after t
-steps and x the matrix's input on a fixed probe batch — for the routed experts every expert's
-ΔW on every probe token, w2's input being that expert's own SwiGLU hidden state — and per block
+steps and x the matrix's input on a fixed probe batch at init — for the routed experts every
+expert's ΔW on the probe tokens routed to it, w2's input being that expert's own SwiGLU hidden
+state at init — and per block
 the RMS of what the attention and the FFN add to the residual stream, and of how much that
 changed (each block's own contribution, not the residual sum: at base width ~96% of the
 residual stream is the ×10.66 embedding and its update, which hides every hidden-matrix
 mistake). Under a correct muP the ΔW·x curves are flat in width; under standard
-parameterisation (SP) they grow (≈ ∝ width for Adam). The check runs for each optimizer the
+parameterisation (SP) they grow (≈ ∝ width for Adam, ∝ √width for a normalised-input matrix under
+RMS-matched Muon, whose step is already scaled by √max(fan-in, fan-out)). The check runs for each optimizer the
 recipe can use (AdamW, Muon + AdamW), since their muP LR rules differ (shared/optim/scaling.py).
 The LR is held constant (no warmup, no decay) so step t means the same at every width. Each
 row's growth exponent is the slope of ln(RMS) against ln(width) at the last step: ≈ 0 is flat.
+
+Why x is the input at init, not the input after t steps: a layer's change splits into
+ΔW·x + W·Δx + ΔW·Δx, and the spectral condition asks each term to be Θ(1) per coordinate; ΔW·x with
+the input as it was is the matrix's own term, the one its multipliers set. Read after the step,
+x also carries every upstream layer's update, which under SP grows with width and turns a deeper
+layer's input away from the directions its own update was built from: RMS-matched Muon's first
+matrices then read growth exponents +0.2 to +0.35 below layer 0 where the update itself grows as
+√width (+0.5), and a wrong upstream scaling would show up in every matrix after it. The
+whole-network effect is what the per-block rows (act/, update/) report.
 
 The batch is small on purpose (default one sequence of 8 tokens per step). muP's statement is a
 limit: width → ∞ at a fixed batch. Adam's update is close to sign(G), G = Σ_t δ_t x_tᵀ over the
@@ -128,7 +139,8 @@ def _measure(model: MoETransformer, probe: _Probe, tokens_BT: torch.Tensor) -> d
 @torch.no_grad()
 def update_effects(modules: dict[str, nn.Module], start: dict[str, torch.Tensor],
                    inputs: dict[str, torch.Tensor]) -> dict[str, float]:
-    """{parameter name: RMS((W − W_start)·x)} with x each module's probe input (experts: every token)."""
+    """{parameter name: RMS((W − W_start)·x)} with x each module's probe input as the start weights
+    saw it (experts: the tokens routed to each expert, w2's input from the start w1/w3)."""
     out: dict[str, float] = {}
     for mod_name, module in modules.items():
         if mod_name not in inputs:  # not called as a module (the LM head is applied by the model's own GEMM)
@@ -147,17 +159,18 @@ def update_effects(modules: dict[str, nn.Module], start: dict[str, torch.Tensor]
 def _expert_effects(mod_name: str, experts: RoutedExperts, start: dict[str, torch.Tensor], x_TD: torch.Tensor,
                     idx_TK: torch.Tensor) -> dict[str, float]:
     """RMS of ΔW·x per expert matrix over the (expert, token) pairs the router chose: an expert's
-    update is built from its own tokens, and those are the inputs it changes the output of."""
+    update is built from its own tokens, and those are the inputs it changes the output of. w2's
+    input is the hidden state the start w1/w3 make, so its row measures its own update only."""
     sq = {"w1_EFD": 0.0, "w3_EFD": 0.0, "w2_EDF": 0.0}
     count = {k: 0 for k in sq}
     for e in range(experts.w1_EFD.shape[0]):
         x = x_TD[(idx_TK == e).any(-1)]
         if not len(x):
             continue
-        w1, w3, w2 = experts.w1_EFD[e].float(), experts.w3_EFD[e].float(), experts.w2_EDF[e].float()
-        h = F.silu(x @ w1.T) * (x @ w3.T)
-        for name, inp, w in (("w1_EFD", x, w1), ("w3_EFD", x, w3), ("w2_EDF", h, w2)):
-            y = inp @ (w - start[f"{mod_name}.{name}"][e]).T
+        w1_0, w3_0 = start[f"{mod_name}.w1_EFD"][e], start[f"{mod_name}.w3_EFD"][e]
+        h = F.silu(x @ w1_0.T) * (x @ w3_0.T)
+        for name, inp in (("w1_EFD", x), ("w3_EFD", x), ("w2_EDF", h)):
+            y = inp @ (getattr(experts, name)[e].float() - start[f"{mod_name}.{name}"][e]).T
             sq[name] += float(y.pow(2).sum())
             count[name] += y.numel()
     return {f"{mod_name}.{k}": (sq[k] / count[k]) ** 0.5 for k in sq if count[k]}
@@ -187,6 +200,7 @@ def run_width(cfg: ExperimentConfig, width: int, mup: bool, steps: int, device: 
 
     try:
         prev = _measure(model, probe, probe_BT)
+        inputs_at_init = dict(probe.inputs)  # the hooks store new tensors on every forward; these stay
         for key, h in prev.items():
             record(0, key if key == "logits" else f"act/{key}", _rms(h))
         loader.load_state_dict({"step": 0})
@@ -201,7 +215,7 @@ def run_width(cfg: ExperimentConfig, width: int, mup: bool, steps: int, device: 
             for key, h in cur.items():
                 record(step, key if key == "logits" else f"act/{key}", _rms(h))
                 record(step, f"update/{key}", _rms(h - prev[key]))
-            for name, rms in update_effects(modules, start, probe.inputs).items():
+            for name, rms in update_effects(modules, start, inputs_at_init).items():
                 record(step, f"dWx/{name}", rms, classes.get(name, ""))
             prev = cur
     finally:
@@ -287,10 +301,10 @@ def summary_table(records: Sequence[CoordRecord], step: int | None = None) -> st
 def summary_by_step(records: Sequence[CoordRecord]) -> str:
     """Worst and mean hidden-matrix growth exponent at every recorded step, per (optimizer, parameterisation).
 
-    Why per step: ΔW = W_t − W_0 is built from the tokens of t steps, and an Adam update (≈ sign of
-    a gradient summed over those tokens) adds to ΔW·x a fluctuation whose share falls as 1/width
-    and grows with the tokens behind it, so finite widths read a slope that drifts negative with t
-    while the limit stays flat; the table shows how far that drift has gone by the last step."""
+    Why per step: muP's promise holds at every step, and ΔW = W_t − W_0 is built from the tokens
+    of t steps. A finite-width effect that grows with those tokens (an Adam update is close to the
+    sign of a gradient summed over them) shows as a slope that moves with t, which the last step
+    alone would not tell from a wrong multiplier."""
     by: dict[tuple[str, bool, int], list[float]] = {}
     for step in sorted({r.step for r in records if r.step > 0}):
         for (opt, mup, _), slope in hidden_matrix_exponents(records, step).items():
