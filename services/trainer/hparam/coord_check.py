@@ -6,14 +6,13 @@ coordinates of size Θ(1) whatever the width (the spectral condition of Yang, Si
 2023 says the same with norms). So per weight matrix we record RMS(ΔW·x), ΔW = W_t − W_0 after t
 steps and x the matrix's input on a fixed probe batch at init — for the routed experts every
 expert's ΔW on the probe tokens routed to it, w2's input being that expert's own SwiGLU hidden
-state at init — and per block
-the RMS of what the attention and the FFN add to the residual stream, and of how much that
-changed (each block's own contribution, not the residual sum: at base width ~96% of the
-residual stream is the ×10.66 embedding and its update, which hides every hidden-matrix
-mistake). Under a correct muP the ΔW·x curves are flat in width; under standard
+state at init — and per block the RMS of what the attention and the FFN add to the residual
+stream, and of how much that changed (each block's own contribution, not the residual sum: at
+base width ~96% of the residual stream is the ×10.66 embedding and its update, which hides every
+hidden-matrix mistake). Under a correct muP the ΔW·x curves are flat in width; under standard
 parameterisation (SP) they grow (≈ ∝ width for Adam, ∝ √width for a normalised-input matrix under
-RMS-matched Muon, whose step is already scaled by √max(fan-in, fan-out)). The check runs for each optimizer the
-recipe can use (AdamW, Muon + AdamW), since their muP LR rules differ (shared/optim/scaling.py).
+RMS-matched Muon, whose step is already scaled by √max(fan-in, fan-out)). The check runs for each
+optimizer the recipe can use (AdamW, Muon + AdamW), since their muP LR rules differ (shared/optim/scaling.py).
 The LR is held constant (no warmup, no decay) so step t means the same at every width. Each
 row's growth exponent is the slope of ln(RMS) against ln(width) at the last step: ≈ 0 is flat.
 
@@ -98,12 +97,16 @@ def matrix_modules(model: nn.Module) -> dict[str, nn.Module]:
 
 
 class _Probe:
-    """Hooks that keep, on the probe batch, each matrix's input and each block's attention/FFN output."""
+    """Hooks that keep, on the probe batch, each matrix's input and each block's attention/FFN output.
+
+    Only the inputs at init are read (module docstring), so `stop_keeping_inputs` drops their hooks
+    after the first forward rather than copying every matrix's input on each later one."""
 
     def __init__(self, model: MoETransformer) -> None:
         self.inputs: dict[str, torch.Tensor] = {}
         self.outputs: dict[str, torch.Tensor] = {}
-        self.handles = [m.register_forward_pre_hook(self._keep_input(n)) for n, m in matrix_modules(model).items()]
+        self.input_handles = [m.register_forward_pre_hook(self._keep_input(n)) for n, m in matrix_modules(model).items()]
+        self.handles = []
         for i, block in enumerate(model.layers):
             self.handles.append(block.attn.register_forward_hook(self._keep_output(f"attn{i}")))
             self.handles.append(block.ffn.register_forward_hook(self._keep_output(f"ffn{i}")))
@@ -122,7 +125,13 @@ class _Probe:
 
         return hook
 
+    def stop_keeping_inputs(self) -> None:
+        for h in self.input_handles:
+            h.remove()
+        self.input_handles = []
+
     def remove(self) -> None:
+        self.stop_keeping_inputs()
         for h in self.handles:
             h.remove()
 
@@ -200,7 +209,8 @@ def run_width(cfg: ExperimentConfig, width: int, mup: bool, steps: int, device: 
 
     try:
         prev = _measure(model, probe, probe_BT)
-        inputs_at_init = dict(probe.inputs)  # the hooks store new tensors on every forward; these stay
+        probe.stop_keeping_inputs()
+        inputs_at_init = probe.inputs
         for key, h in prev.items():
             record(0, key if key == "logits" else f"act/{key}", _rms(h))
         loader.load_state_dict({"step": 0})
