@@ -1,0 +1,5 @@
+"""Reading trained checkpoints outside the trainer: evaluation, export, generation, calibration."""
+
+from shared.checkpoint.read import CheckpointError, TrainedModel, load_trained_model, resolve_checkpoint
+
+__all__ = ["CheckpointError", "TrainedModel", "load_trained_model", "resolve_checkpoint"]
