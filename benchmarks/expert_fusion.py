@@ -1,22 +1,28 @@
 """The routed path's three CPU ways (loop, fused, fused on both cores) over a grid of shapes, and
-whether the fixed rules and the measured choice picked the fastest.
+whether the autotuner's real choice and the fixed rules pick the fastest, judged on timings of
+their own.
 
 The ways are those of `shared.kernels.expert_path_autotune`: `loop` (whole-tensor permute,
 grouped GEMMs, combine), `fused` (per expert, `shared.kernels.fused_experts`, experts one after
 another on torch's threads) and `fused-concurrent` (the experts in one single-threaded group per
-core). For each shape the routed path alone (no router, no shared expert), forward + backward in
-fp32, is timed each way with `expert_path_autotune.time_ways` (interleaved rounds, fastest call
-of each; `--repeats` rounds), and the run prints what the fixed rules would pick (fused above
-`FUSE_MIN_EXPERT_MACS` multiply-adds per expert GEMM, concurrent below
-`CONCURRENT_MAX_EXPERT_MACS`) and what the measurement picks (`expert_path_autotune.pick`).
+core). For each shape the run first asks the autotuner which way the model would run
+(`expert_path_autotune.TUNER.way`: the cached choice in `$MOELAB_HOME`, a fresh measurement
+where none is cached, or the fixed rules on a busy machine), and only then times the routed path
+alone (no router, no shared expert), forward + backward in fp32, each way with
+`expert_path_autotune.time_ways` (interleaved rounds, fastest call of each; `--repeats` rounds).
+The tuner's choice is graded on those later timings, never on the ones it chose from, so a wrong
+cached choice shows as a miss. The fixed rules are fused above `FUSE_MIN_EXPERT_MACS`
+multiply-adds per expert GEMM, concurrent below `CONCURRENT_MAX_EXPERT_MACS`.
 
     .venv/bin/python benchmarks/expert_fusion.py             # the grid
     .venv/bin/python benchmarks/expert_fusion.py --quick     # two small shapes (smoke test)
+    .venv/bin/python benchmarks/expert_fusion.py --check     # exit 1 when the tuner's choice misses
 
-Last line: JSON with `ms` per shape and way, `rules` and `measured` (the way each picks per
-shape), `rules_right` / `measured_right` (shapes where the pick is within 5% of the fastest way,
-out of `shapes`), `ratio` (geometric mean over shapes of the fastest way's time / the rules'
-pick's: > 1 means measuring pays) and the machine line.
+Last line: JSON with `ms` per shape and way, `rules` and `tuned` (the way each picks per shape),
+`tuned_from` (cache, measured, or rules where the tuner left it to them), `rules_right` /
+`tuned_right` (shapes where the pick is within 5% of the fastest way, out of `shapes`), `ratio`
+(geometric mean over shapes of the rules' pick's time / the tuner's pick's: > 1 means the tuner
+beats the fixed rules, < 1 that it chose worse) and the machine line.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import torch  # noqa: E402
 from benchmarks.result_file import save_cpu_result  # noqa: E402
 from shared.kernels.blas_probe import print_machine_line  # noqa: E402
 from shared.kernels.dispatch import FUSE_MIN_EXPERT_MACS  # noqa: E402
-from shared.kernels.expert_path_autotune import MARGIN, PathClass, pick, time_ways, ways_for  # noqa: E402
+from shared.kernels.expert_path_autotune import MARGIN, TUNER, PathClass, time_ways, ways_for  # noqa: E402
 from shared.kernels.expert_threads import CONCURRENT_MAX_EXPERT_MACS, expert_groups, use_expert_threads  # noqa: E402
 
 # (tokens, d_model, expert width, experts, top_k): small recipes up to the moe_layer benchmark's shape and past it.
@@ -47,7 +53,9 @@ GRID = [
     (4096, 512, 128, 32, 4), (4096, 256, 128, 64, 8), (4096, 512, 128, 64, 8), (4096, 1024, 256, 64, 8),
     (8192, 512, 128, 64, 8),
 ]
-QUICK = [(256, 64, 32, 8, 2), (512, 64, 32, 8, 2)]
+# The second quick shape has many experts with few rows each, where running them one after another
+# (`fused`) is several times slower than the loop: a wrong cached choice there cannot pass as a tie.
+QUICK = [(256, 64, 32, 8, 2), (256, 64, 32, 64, 2)]
 
 
 def rules_way(T: int, D: int, F: int, E: int, K: int) -> str:
@@ -62,11 +70,37 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
+def within_margin(way: str, times: dict[str, float]) -> bool:
+    """Whether `way` is within `MARGIN` of the fastest way in `times` (the grading rule)."""
+    return times[way] <= min(times.values()) / (1 - MARGIN)
+
+
+def tuned_way(T: int, D: int, F: int, E: int, K: int) -> tuple[str, str]:
+    """The way the model would run this shape and where that came from (`cache`, `measured`, `rules`).
+
+    Asked with gradients on, as a training step asks; the tuner's own timings are not returned, so
+    the grading cannot reuse them."""
+    measured_before = TUNER.measured
+    with use_expert_threads("auto"), torch.enable_grad():
+        way = TUNER.way(T, D, F, E, K)
+    if way is None:
+        return rules_way(T, D, F, E, K), "rules"
+    return way, "measured" if TUNER.measured > measured_before else "cache"
+
+
+def grade(times: dict[str, dict[str, float]], rules: dict[str, str], tuned: dict[str, str]) -> dict:
+    """Hits of each picker on independent timings, and the tuner's gain over the rules."""
+    return {"rules_right": sum(within_margin(rules[k], t) for k, t in times.items()),
+            "tuned_right": sum(within_margin(tuned[k], t) for k, t in times.items()),
+            "ratio": geomean([t[rules[k]] / t[tuned[k]] for k, t in times.items()])}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="two small shapes, few repeats (smoke test)")
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--check", action="store_true", help="exit 1 when the tuner's choice misses on any shape")
     p.add_argument("--out", type=Path, default=None,
                    help="result JSON (default: benchmarks/results/expert_fusion.<native|avx2>.json; none with --quick)")
     args = p.parse_args()
@@ -79,28 +113,32 @@ def main() -> None:
     print(f"fixed rules: fused above {FUSE_MIN_EXPERT_MACS:,} multiply-adds per expert GEMM, concurrent "
           f"below {CONCURRENT_MAX_EXPERT_MACS:,} (with more than one thread)")
     ways = ways_for(torch.get_num_threads())
-    print(f"{'T, d, F, E, K':<26}{'expert MACs':>12}" + "".join(f"{w + ' ms':>20}" for w in ways) + "   rules / measured")
-    ms, rules, measured, gains = {}, {}, {}, []
-    rules_right = measured_right = 0
+    print(f"{'T, d, F, E, K':<26}{'expert MACs':>12}" + "".join(f"{w + ' ms':>20}" for w in ways) + "   rules / tuned (from)")
+    times, rules, tuned, tuned_from = {}, {}, {}, {}
     for T, D, F, E, K in grid:
+        key = f"T{T}_d{D}_F{F}_E{E}_K{K}"
+        tuned[key], tuned_from[key] = tuned_way(T, D, F, E, K)
         with use_expert_threads("auto"):
             t = time_ways(PathClass(T, D, F, E, K, torch.get_num_threads()), rounds=repeats)
-        key = f"T{T}_d{D}_F{F}_E{E}_K{K}"
-        best = min(t.values())
-        rules[key], measured[key] = rules_way(T, D, F, E, K), pick(t)
-        if rules[key] not in t:  # one thread: the rules' concurrent pick runs serially
-            rules[key] = "fused"
-        rules_right += t[rules[key]] <= best / (1 - MARGIN)
-        measured_right += t[measured[key]] <= best / (1 - MARGIN)
-        gains.append(t[rules[key]] / best)
-        ms[key] = {w: round(v * 1e3, 3) for w, v in t.items()}
+        rules[key] = rules_way(T, D, F, E, K)
+        for picks in (rules, tuned):
+            if picks[key] not in t:  # one thread: a concurrent pick runs serially
+                picks[key] = "fused"
+        times[key] = t
         print(f"{str((T, D, F, E, K)):<26}{T * K / E * D * F / 1e6:>11.1f}M" + "".join(f"{t[w] * 1e3:>20.2f}" for w in ways)
-              + f"   {rules[key]} / {measured[key]}", flush=True)
-    result = {"ratio": geomean(gains), "ms": ms, "rules": rules, "measured": measured,
-              "rules_right": rules_right, "measured_right": measured_right, "shapes": len(grid),
-              "threads": torch.get_num_threads(), "machine": machine, "quick": args.quick}
+              + f"   {rules[key]} / {tuned[key]} ({tuned_from[key]})", flush=True)
+    graded = grade(times, rules, tuned)
+    result = {"ratio": graded["ratio"], "ms": {k: {w: round(v * 1e3, 3) for w, v in t.items()} for k, t in times.items()},
+              "rules": rules, "tuned": tuned, "tuned_from": tuned_from, "rules_right": graded["rules_right"],
+              "tuned_right": graded["tuned_right"], "shapes": len(grid), "threads": torch.get_num_threads(),
+              "machine": machine, "quick": args.quick}
     save_cpu_result("expert_fusion", args.out, args.quick, result)
     print(json.dumps(result))
+    if args.check and graded["tuned_right"] < len(grid):
+        missed = [k for k, t in times.items() if not within_margin(tuned[k], t)]
+        print(f"expert_fusion: the tuner's choice is not within {MARGIN:.0%} of the fastest way on "
+              f"{', '.join(missed)}; `moelab doctor --retune` measures this machine again", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
