@@ -110,17 +110,18 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
     from services.scorer.scoring import run_scoring
     from services.trainer.launch import run_local, run_ray
     from shared.data.prepare import tokenize
+    from shared.data.stage_outputs import declared_outputs
 
     root = Path(cfg.train.out_dir).parent
     scorer_out = Path(cfg.scorer.out_dir)
     j = lambda m: m.model_dump(mode="json")  # noqa: E731
-    filtered = lambda: sorted(glob.glob(str(Path(cfg.data.out_dir) / "*.parquet")))  # noqa: E731
+    filtered = lambda: [str(p) for p in declared_outputs(cfg.data.out_dir)]  # noqa: E731  (the manifest, not a glob)
 
     def train() -> dict[str, Any]:
         return run_ray(cfg) if trains_under_ray(cfg) else run_local(cfg)
 
     def select_and_tokenize() -> dict[str, Any]:
-        selected = select_kept(str(scorer_out / "scores" / "*.parquet"), root / "kept", EVAL_FRACTION)
+        selected = select_kept(scorer_out / "scores", root / "kept", EVAL_FRACTION)
         manifest = tokenize(cfg, progress=True)
         return {"selected": selected, "tokens": {k: manifest.get(k) for k in ("tokens", "docs", "sources")
                                                  if k in manifest}}

@@ -7,7 +7,6 @@ loss. Writes `train/<source>.parquet` and `eval/<source>.parquet` (columns id, t
 
 from __future__ import annotations
 
-import glob
 import hashlib
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shared.data.atomic import atomic_write_bytes
+from shared.data.stage_outputs import declared_outputs
 
 COLUMNS = ["id", "text", "source"]
 
@@ -31,11 +31,12 @@ def _write(table: pa.Table, path: Path) -> None:
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
-def select_kept(score_glob: str, out_dir: str | Path, eval_fraction: float) -> dict:
-    """Split the kept documents of `score_glob` into train/eval Parquet per source; return counts."""
-    paths = sorted(glob.glob(score_glob))
+def select_kept(scores_dir: str | Path, out_dir: str | Path, eval_fraction: float) -> dict:
+    """Split the kept documents of the scored shards `scores_dir/manifest.json` declares (never
+    leftovers of an earlier run) into train/eval Parquet per source; return counts."""
+    paths = declared_outputs(scores_dir, what="the scorer", how="moelab score run CONFIG")
     if not paths:
-        raise FileNotFoundError(f"no scored shards match {score_glob}")
+        raise FileNotFoundError(f"{scores_dir}/manifest.json declares no scored shards")
     table = pa.concat_tables(pq.read_table(p, columns=[*COLUMNS, "keep"]) for p in paths)
     kept = table.filter(pc.equal(table.column("keep"), True)).select(COLUMNS)
     kept = kept.take(pc.sort_indices(kept, sort_keys=[("id", "ascending")]))

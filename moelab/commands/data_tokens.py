@@ -77,7 +77,7 @@ def register_data(group: typer.Typer) -> None:
         overrides: list[str] = OVERRIDES_ARG,
         budget: int = typer.Option(..., "--budget", min=1, help="Token budget of the run, e.g. 100000000."),
         min_prefix: int = typer.Option(100, "--min-prefix", min=1, help="Shortest prefix (sequences) for the deviation."),
-        as_json: bool = typer.Option(False, "--json", help="Also print the stats as one JSON line."),
+        as_json: bool = typer.Option(False, "--json", help="Print the stats as one JSON line (only that, for scripts)."),
     ) -> None:
         """Realised tokens and epochs per source and the worst prefix deviation for a token budget."""
         from shared.data.mixture import simulate
@@ -89,6 +89,4 @@ def register_data(group: typer.Typer) -> None:
             stats = simulate(open_mixture(cfg), budget, min_prefix=min_prefix)
         except ShardError as exc:
             _fail(exc)
-        typer.echo(format_stats(stats))
-        if as_json:
-            typer.echo(json.dumps(stats))
+        typer.echo(json.dumps(stats) if as_json else format_stats(stats))

@@ -10,7 +10,10 @@ default) because Ray Data on a 2-CPU machine deadlocks when the pool holds every
 runs the backbone on CUDA when it sees a GPU (`scoring.device`).
 
 Resumable by shard: an input shard's scores are written atomically to `scores/<name>.parquet`
-once all its rows are back, and the manifest lists finished shards; a rerun skips them. A killed
+once all its rows are back, and `scores/manifest.json` lists the finished shards of exactly the
+inputs of this run, each with its input's identity (size, mtime, rows); a rerun skips a shard only
+when its input and the heads and thresholds that scored it (`scorer_key`) are unchanged, so scores
+never go stale. An input with no rows is a counted skip (`shards_empty`), not a crash. A killed
 actor is restarted by Ray Data and its batch retried (actor pools default to unlimited restarts
 and task retries), so a shard never ends up with duplicated or missing rows; a shard whose rows
 do not match its input count is not written and is rescored next run.
@@ -19,6 +22,7 @@ do not match its input count is not written and is rescored next run.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -81,11 +85,16 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
     out = Path(scfg.out_dir)
     scores_dir = out / "scores"
     manifest_path = scores_dir / "manifest.json"
-    pending = [p for p in paths if not (scores_dir / shard_output_name(p)).exists()]
-    skipped = len(paths) - len(pending)
+    key = scorer_key(out, scfg)
+    identity = {os.path.abspath(p): input_identity(p) for p in paths}
+    previous = _previous_inputs(manifest_path, key)
+    empty = [p for p in paths if identity[os.path.abspath(p)]["rows"] == 0]
+    pending = [p for p in paths if p not in empty and not (
+        (scores_dir / shard_output_name(p)).exists() and previous.get(os.path.abspath(p)) == identity[os.path.abspath(p)])]
+    skipped = len(paths) - len(empty) - len(pending)
     if max_shards is not None:
         pending = pending[:max_shards]
-    expected = {os.path.abspath(p): pq.ParquetFile(p).metadata.num_rows for p in pending}
+    expected = {os.path.abspath(p): identity[os.path.abspath(p)]["rows"] for p in pending}
     done: dict[str, int] = {}
     kept = skipped_judge = probe_kept = 0
     total = 0
@@ -135,17 +144,53 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
         if bad:
             raise RuntimeError(f"shards with a row count different from their input (got, expected): {bad}; "
                                "they were not written and will be rescored on the next run")
-    manifest = {"shards": sorted(p.name for p in scores_dir.glob("*.parquet"))} if scores_dir.exists() else {}
-    if manifest:
-        write_json_atomic(manifest, manifest_path)
+    finished = {os.path.abspath(p) for p in paths if p not in empty and (scores_dir / shard_output_name(p)).exists()
+                and (os.path.abspath(p) in done or previous.get(os.path.abspath(p)) == identity[os.path.abspath(p)])}
+    write_json_atomic({"scorer_key": key,
+                       "shards": [{"name": shard_output_name(p), "input": p, "bytes": (scores_dir / shard_output_name(p)).stat().st_size}
+                                  for p in sorted(finished)],
+                       "inputs": {p: identity[p] for p in sorted(finished)},
+                       "empty_inputs": sorted(os.path.abspath(p) for p in empty)}, manifest_path)
     seconds = time.perf_counter() - t0
     return {"stage": "run", "shards_scored": len(done), "shards_skipped_done": skipped,
-            "shards_pending": len(paths) - skipped - len(done), "docs": total, "kept": kept,
+            "shards_empty": len(empty), "empty_inputs": sorted(empty),
+            "shards_pending": len(paths) - len(empty) - skipped - len(done), "docs": total, "kept": kept,
             "keep_rate": kept / total if total else 0.0, "seconds": seconds,
             "judge_passes_skipped": skipped_judge / total if total else 0.0,
             "probe_kept": probe_kept / total if total else 0.0,
             "read_fraction_mean": read / total if total else 0.0,
             "docs_per_s": total / seconds if seconds > 0 and total else 0.0}
+
+
+def input_identity(path: str) -> dict:
+    """What a scores shard is keyed on besides the scorer: its input file's size, mtime and row count."""
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rows": pq.ParquetFile(path).metadata.num_rows}
+
+
+def scorer_key(out: Path, scfg) -> str:
+    """sha256 of what decides a document's scores: the heads, the thresholds and the scoring settings
+    that change the cascade's output (device and pool sizes do not)."""
+    from services.scorer.cascade import CALIBRATION_FILE, HEADS_FILE
+
+    h = hashlib.sha256()
+    for name in (HEADS_FILE, CALIBRATION_FILE):
+        f = out / name
+        h.update(name.encode() + (f.read_bytes() if f.is_file() else b"<missing>"))
+    h.update(json.dumps({"backbone": scfg.backbone, "layers": [scfg.probe_layer, scfg.judge_layer],
+                         "dtype": scfg.scoring.dtype, "heads": scfg.heads.model_dump(mode="json")}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _previous_inputs(manifest_path: Path, key: str) -> dict[str, dict]:
+    """The input identities of the shards a previous run finished with the same scorer, else {}."""
+    if not manifest_path.is_file():
+        return {}
+    try:
+        old = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    return old.get("inputs", {}) if old.get("scorer_key") == key else {}
 
 
 def _match_path(path: str, expected: dict[str, int]) -> str:

@@ -6,7 +6,6 @@ dict, writes it as `<stage>_report.json` and sends it to the tracker (`report_st
 
 from __future__ import annotations
 
-import glob
 import random
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 from services.scorer.features import cached_extract, extract
 from services.scorer.io import read_docs, write_json_atomic
 from services.scorer.rubrics import RUBRICS, kind_of_source
+from shared.data.stage_outputs import resolve_documents
 
 LABELS_FILE = "labels.parquet"
 FAILURES_FILE = "label_failures.parquet"
@@ -29,12 +29,13 @@ def progress_bar(total: int, desc: str, unit: str = "doc"):
 
 
 def input_paths(cfg) -> list[str]:
-    """Parquet files to read: `scorer.inputs` globs, else every Parquet under `data.out_dir`."""
-    patterns = cfg.scorer.inputs or [str(Path(cfg.data.out_dir) / "**" / "*.parquet")]
-    paths = sorted({p for pat in patterns for p in glob.glob(pat, recursive=True)})
+    """Parquet files to read: `scorer.inputs` (globs, or folders with a manifest), else exactly the
+    shards the data filter's manifest in `data.out_dir` declares, never its work files."""
+    paths = [str(p) for p in resolve_documents(list(cfg.scorer.inputs), cfg.data.out_dir)]
     if not paths:
         raise FileNotFoundError(
-            f"no Parquet documents match {patterns}; run the data filter first or set scorer.inputs=[...]"
+            f"no Parquet documents match scorer.inputs={list(cfg.scorer.inputs)}; fix the globs or leave scorer.inputs "
+            "empty to read the data filter's declared output"
         )
     return paths
 

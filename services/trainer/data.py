@@ -10,12 +10,15 @@ same tokens, so their spread is the runs' spread and not that of two different e
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 
 import torch.distributed as dist
 
 from shared.config import ExperimentConfig
+from shared.data.atomic import atomic_write_json
 from shared.data.loader import MixtureLoader
 from shared.data.prepare import make_loader, tokenize
 
@@ -50,7 +53,6 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
     """
     import glob
     import gzip
-    import json
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -65,8 +67,11 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
         for path in raw:
             target = out / (Path(path).name.split(".")[0] + ".parquet")
             result.append(str(target))
-            if target.is_file():
-                continue
+            made_from = target.with_name(target.name + ".source.json")
+            st = os.stat(path)
+            identity = {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            if target.is_file() and made_from.is_file() and json.loads(made_from.read_text()) == identity:
+                continue  # the copy of this very file; a changed file is copied again
             opener = gzip.open if path.endswith(".gz") else open
             rows, bad = [], 0
             with opener(path, "rt", encoding="utf-8") as fh:
@@ -87,6 +92,7 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
             tmp = target.with_suffix(".tmp")
             pq.write_table(pa.Table.from_pylist(rows), tmp)
             tmp.replace(target)
+            atomic_write_json(made_from, identity)
     return result
 
 
@@ -99,18 +105,24 @@ def with_parquet_documents(cfg: ExperimentConfig) -> ExperimentConfig:
     return cfg.model_copy(update={"mixture": m.model_copy(update={"documents": docs, "eval_documents": evals})})
 
 
-def _has_shards(cfg: ExperimentConfig) -> bool:
-    return (Path(cfg.mixture.shard_dir) / "manifest.json").is_file()
-
-
 def prepare_shards(cfg: ExperimentConfig, rank: int) -> None:
-    """Rank 0 builds missing shards (train and eval) in-process; the others wait for it."""
+    """Rank 0 brings the shards (train and eval) up to date with their documents, in-process; the
+    others wait for it.
+
+    Never "shards exist, so use them": the build is keyed on every input file (path, size, mtime)
+    and the tokenizer's hash, skips what is current, rebuilds what changed, and the manifest lists
+    only the current inputs' shards. A document glob that matches nothing (say, a deleted eval
+    file) is an error naming it, not an evaluation on the shards of a file that is gone.
+    """
     if rank == 0:
         for c in (cfg, eval_config(cfg)):
-            if c is not None and not _has_shards(c):
+            if c is not None:
                 local = c.model_copy(update={"mixture": c.mixture.model_copy(update={"use_ray": False})})
-                log.info("building token shards in %s", c.mixture.shard_dir)
-                tokenize(local, progress=True)
+                manifest = tokenize(local, progress=False)
+                build = manifest.get("build", {})
+                if build.get("items_built"):
+                    log.info("token shards in %s: %d of %d items (re)built from changed or new documents",
+                             c.mixture.shard_dir, build["items_built"], build["items"])
     if dist.is_initialized():
         dist.barrier()
 

@@ -152,11 +152,16 @@ class FilterConfig(Section):
         if not isinstance(given, dict):
             return data  # pydantic reports the type error
         merged: dict[str, Any] = {}
+        for name, value in given.items():
+            if isinstance(value, ChainConfig):  # already resolved (an assignment re-validates the section)
+                merged[name] = value
         for kind in SOURCE_KINDS:
+            if kind in merged:
+                continue
             over = _as_raw(given.get(kind)) or {}
             merged[kind] = deep_merge(default_chain(kind), over) if isinstance(over, dict) else over
         for name, over in given.items():
-            if name in SOURCE_KINDS:
+            if name in SOURCE_KINDS or name in merged:
                 continue
             over = _as_raw(over)
             if isinstance(over, dict) and "extends" in over:

@@ -26,7 +26,8 @@ class MixtureConfig(Section):
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer used for the shards.")
     shard_dir: str = Field("runs/tokens", description="Directory of token shards (.bin + .idx + manifest.json).")
     documents: list[str] = Field(
-        default_factory=list, description="Parquet globs of documents to tokenize; empty: data.out_dir/*.parquet (the filter's kept shards)."
+        default_factory=list, description="Parquet globs or folders with a manifest.json to tokenize; empty: the shards the data "
+        "filter's manifest in data.out_dir declares."
     )
     eval_documents: list[str] = Field(
         default_factory=list, description="Parquet globs of held-out documents for the trainer's eval loss (empty: no eval)."

@@ -222,7 +222,8 @@ class ScorerConfig(Section):
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Keep-rate targets, tau_drop and tau_accept.")
     scoring: ScoringConfig = Field(default_factory=ScoringConfig, description="Ray Data scoring at scale.")
     inputs: list[str] = Field(
-        default_factory=list, description="Parquet files/globs to score (empty = the data filter's output under data.out_dir)."
+        default_factory=list, description="Parquet files/globs or folders with a manifest.json to score (empty = the shards the data "
+        "filter's manifest in data.out_dir declares)."
     )
     out_dir: str = Field("runs/scorer", description="Directory for labels, cached hidden states, heads and scores.")
 

@@ -6,23 +6,27 @@ that the path from `ExperimentConfig` to shards and batches is written once.
 
 from __future__ import annotations
 
-import glob
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from shared.config import ExperimentConfig
 from shared.data.shards import ShardError
+from shared.data.stage_outputs import StageOutputError, resolve_documents
 from shared.data.tokenizer import CONFIG_FILE, MoeTokenizer, load_tokenizer, train_tokenizer
 
 
 def document_paths(cfg: ExperimentConfig) -> list[Path]:
-    """Parquet files matched by `mixture.documents` (default: the data filter's kept shards, `data.out_dir/*.parquet`)."""
-    patterns = cfg.mixture.documents or [f"{cfg.data.out_dir}/*.parquet"]  # not work/: pre-dedup units
-    paths = sorted({Path(p) for pat in patterns for p in glob.glob(pat, recursive=True) if Path(p).is_file()})
+    """Parquet files named by `mixture.documents` (globs, or folders with a manifest); default: the
+    shards the data filter's manifest in `data.out_dir` declares (never its pre-dedup work files)."""
+    try:
+        paths = resolve_documents(list(cfg.mixture.documents), cfg.data.out_dir)
+    except StageOutputError as exc:
+        raise ShardError(str(exc)) from None
     if not paths:
         raise ShardError(
-            f"no Parquet documents match {patterns}: run the data filter first or set mixture.documents"
+            f"no Parquet documents match mixture.documents={list(cfg.mixture.documents)}: fix the globs, or leave it "
+            "empty to read the data filter's declared output"
         )
     return paths
 
