@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from shared.config.ablation import AblationConfig
 from shared.config.base import Section
 from shared.config.cluster import ClusterConfig
 from shared.config.data import DataConfig
@@ -25,6 +26,7 @@ class ExperimentConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description="Experiment tracking.")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Where Ray work runs.")
+    ablation: AblationConfig | None = Field(None, description="Data arms × seeds compared by `moelab ablate` (None: no ablation).")
 
     @model_validator(mode="after")
     def _check_cross_section(self) -> ExperimentConfig:
@@ -35,6 +37,13 @@ class ExperimentConfig(Section):
                 "keep amax histories for its own experts only, and they are reduced over data-parallel ranks "
                 "alone; use fp8_scaling=current, or ep_size=1"
             )
+        if self.ablation is not None and self.train.workers != 1:
+            raise ValueError(f"ablation: each arm-seed trains as one Ray task; set train.workers=1 "
+                             f"(got {self.train.workers})")
+        if self.ablation is not None:
+            from shared.config.ablation import check_arms_against_data
+
+            check_arms_against_data(self.ablation, self.data)
         if self.cluster.gpu_nodes:  # what the declared GPU groups cannot hold fails before any stage runs
             from shared.placement import check_gpu_request, config_gpu_requests, declared_nodes
 

@@ -1,0 +1,108 @@
+"""Ablation section: K data arms × S seeds of the same proxy, compared on the same evaluations.
+
+Each arm names only its data recipe (which documents, optionally run through the data filter
+with the arm's own overrides, optionally re-weighted); the model, optimizer, schedule, token
+budget (train.steps × tokens per step) and tokenizer are the experiment's and shared by every
+arm, so a difference between arms is a difference between their data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from shared.config.base import Section
+
+NAME = r"^[A-Za-z0-9_.-]+$"
+
+
+class ArmConfig(Section):
+    name: str = Field(..., min_length=1, max_length=64, pattern=NAME, description="Arm name (e.g. raw, curated).")
+    documents: list[str] = Field(
+        default_factory=list,
+        description="JSONL(.gz) or Parquet globs the arm trains on as they are (e.g. raw inputs or a pipeline's kept set).",
+    )
+    filter: dict[str, Any] | None = Field(
+        None, description="Run the data filter over data.inputs with these overrides on data.filter ({} = as configured); "
+                          "replaces `documents`.",
+    )
+    rates: dict[str, float] = Field(
+        default_factory=dict, description="Mixture rates per source for this arm; empty: each source by its tokens.",
+    )
+
+    @model_validator(mode="after")
+    def _one_recipe(self) -> ArmConfig:
+        if bool(self.documents) == (self.filter is not None):
+            raise ValueError(f"arm {self.name!r} needs exactly one recipe: `documents` (globs) or `filter` (overrides)")
+        bad = {k: v for k, v in self.rates.items() if not v >= 0}
+        if bad or (self.rates and sum(self.rates.values()) <= 0):
+            raise ValueError(f"arm {self.name!r}: rates must be non-negative and not all zero, got {self.rates}")
+        return self
+
+
+class AblationConfig(Section):
+    arms: list[ArmConfig] = Field(..., min_length=2, description="The data recipes compared (at least two).")
+    baseline: str = Field(..., min_length=1, description="Arm every other arm is compared against.")
+    seeds: int = Field(3, ge=2, le=64, description="Seeds per arm (init and data order); two or more give an interval.")
+    first_seed: int = Field(0, ge=0, description="Seeds are first_seed, first_seed + 1, …")
+    eval_documents: list[str] = Field(
+        ..., min_length=1,
+        description="Held-out JSONL/Parquet globs for eval loss on the shared tokenizer; removed from every arm by text.",
+    )
+    reference_sets: list[str] | None = Field(
+        None, description="Reference sets for bits per byte (the evaluation suite's names); None: its defaults.",
+    )
+    tasks_path: str | None = Field(None, description="Offline task folder for the evaluation suite; None: its default.")
+    suite: bool = Field(True, description="Also run the evaluation suite (BPB per reference set, tasks) on each model.")
+    eval_max_seconds: float | None = Field(None, gt=0, description="Time bound for one model's evaluation suite.")
+    tokenizer_path: str | None = Field(
+        None, description="tokenizer.json shared by every arm; None trains one on an equal sample of every arm.",
+    )
+    tokenizer_docs_per_arm: int = Field(2000, ge=1, description="Documents per arm in the shared tokenizer's sample.")
+    max_epochs: float = Field(
+        1.0, gt=0, le=100, description="Passes over an arm's tokens the budget may take; an arm holding fewer tokens "
+                                       "than budget / max_epochs is refused before training.",
+    )
+    cpus_per_run: float = Field(1.0, gt=0, le=256, description="Ray CPUs per arm-seed task (torch uses that many threads).")
+    gpus_per_run: float = Field(0.0, ge=0, le=8, description="Ray GPUs per arm-seed task.")
+    retries: int = Field(1, ge=0, le=5, description="Times a failed arm-seed is retried before it is reported as failed.")
+    out_dir: str = Field("runs/ablation", min_length=1, description="Folder for the arms' data, runs and the report.")
+
+    @model_validator(mode="after")
+    def _arms_are_distinct_and_baseline_is_one(self) -> AblationConfig:
+        names = [a.name for a in self.arms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"arm names must be unique; repeated: {dup}")
+        if self.baseline not in names:
+            raise ValueError(f"baseline {self.baseline!r} is not an arm (arms: {', '.join(names)})")
+        return self
+
+
+def arm_data(data: Any, arm: ArmConfig) -> Any:
+    """The data section a `filter` arm runs: `data` with the arm's overrides merged onto `data.filter`
+    (a `DataConfig`; raises pydantic's ValidationError naming the bad filter field)."""
+    from shared.config.chains import deep_merge
+
+    merged = deep_merge(data.model_dump(mode="json"), {"filter": arm.filter or {}})
+    return type(data).model_validate(merged)
+
+
+def check_arms_against_data(ablation: AblationConfig, data: Any) -> None:
+    """Refuse, at config load, a filter arm that has no `data.inputs` to filter or whose overrides do
+    not make a valid filter config."""
+    from pydantic import ValidationError
+
+    for arm in ablation.arms:
+        if arm.filter is None:
+            continue
+        if not data.inputs:
+            raise ValueError(f"ablation arm {arm.name!r} filters data.inputs, but data.inputs is empty")
+        try:
+            arm_data(data, arm)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(f"ablation arm {arm.name!r}: filter override is invalid at data.{where}: "
+                             f"{first['msg']}") from None

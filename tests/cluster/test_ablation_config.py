@@ -1,0 +1,39 @@
+"""The ablation section fails at config load (`moelab config check`), naming the field, before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.config import ConfigError, load_config
+
+TINY = Path(__file__).parents[2] / "configs" / "tiny.yaml"
+BASE = ["ablation.baseline=raw", "ablation.eval_documents=[held.jsonl]"]
+
+
+def _load(*overrides: str):
+    return load_config(TINY, [*BASE, *overrides])
+
+
+def test_a_valid_section_loads_with_its_defaults():
+    cfg = _load("ablation.arms=[{name: raw, documents: [a.jsonl]}, {name: cur, documents: [b.parquet]}]")
+    assert cfg.ablation.seeds == 3 and cfg.ablation.retries == 1 and cfg.ablation.cpus_per_run == 1.0
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["ablation.arms=[{name: raw, documents: [a]}, {name: raw, documents: [b]}]"], "arm names must be unique"),
+    (["ablation.arms=[{name: x, documents: [a]}, {name: y, documents: [b]}]"], "baseline 'raw' is not an arm"),
+    (["ablation.arms=[{name: raw, documents: [a]}, {name: y, documents: [b], filter: {}}]"], "exactly one recipe"),
+    (["ablation.arms=[{name: raw, documents: [a]}]"], "at least 2 items"),
+    (["ablation.arms=[{name: raw, documents: [a]}, {name: y, documents: [b]}]", "ablation.seeds=1"],
+     "ablation.seeds = 1"),
+    (["ablation.arms=[{name: raw, documents: [a]}, {name: y, filter: {}}]"], "filters data.inputs, but data.inputs is empty"),
+    (["ablation.arms=[{name: raw, documents: [a]}, {name: y, filter: {dedup: {bandz: 3}}}]",
+      "data.inputs=[{name: w, paths: [x]}]"], "filter override is invalid at data.filter.dedup.bandz"),
+    (["ablation.arms=[{name: raw, documents: [a]}, {name: y, documents: [b]}]", "train.workers=2", "train.dp_size=2"],
+     "set train.workers=1"),
+])
+def test_a_section_that_cannot_work_is_refused_naming_the_problem(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        _load(*overrides)
