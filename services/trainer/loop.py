@@ -74,10 +74,13 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
         w.bar.update(1)
     w.bar.close()
     w.history.close()
-    w.run.finish()
-    return {**final, "run_id": w.run.id, "steps": tc.steps, "router_warnings": len(w.health.history),
-            "total_params": w.counts.total, "active_params": w.counts.active, "checkpoint": w.last_good,
-            "run_dir": str(w.out)}
+    delivery = w.run.finish()
+    (log.info if delivery.complete or delivery.mode == "disabled" else log.warning)("%s", delivery.summary())
+    # flat `tracker_*` scalars: the Ray path reports only scalar values
+    tracked = {f"tracker_{k}": v for k, v in delivery.as_dict().items() if k != "run_id"}
+    return {**final, "run_id": w.run.id, **tracked, "steps": tc.steps,
+            "router_warnings": len(w.health.history), "total_params": w.counts.total,
+            "active_params": w.counts.active, "checkpoint": w.last_good, "run_dir": str(w.out)}
 
 
 def _count_bad_step(w: Worker, step: int, bad_run: int) -> None:

@@ -6,7 +6,7 @@
     run.log_histogram("router/load/layer3", per_expert_token_counts, step=120)   # → heatmap row
     run.event("router_health", "expert 5 dead for 200 steps", layer=3, expert=5, step=120)
     run.artifact("runs/ckpt/step_1000", kind="checkpoint")                      # path + sha256
-    run.finish()
+    delivery = run.finish()   # counts stored / left spooled / refused; delivery.complete
 
 Why our own client: it must never block or lose a point. `log` only appends to an in-memory
 buffer; a background thread sends a batch every `flush_interval` seconds (columnar JSON, one
@@ -44,6 +44,7 @@ Non-finite values (NaN, ±Inf) are sent explicitly and counted by the server, ne
 from __future__ import annotations
 
 from shared.tracking.api import init, resolve_token
+from shared.tracking.delivery import Delivery
 from shared.tracking.run import Run
 from shared.tracking.spool import SyncResult, replay_spool, sync
 from shared.tracking.transport import Transport
@@ -52,4 +53,4 @@ from shared.tracking.transport import Transport
 _resolve_token = resolve_token
 _Transport = Transport
 
-__all__ = ["Run", "SyncResult", "init", "replay_spool", "resolve_token", "sync"]
+__all__ = ["Delivery", "Run", "SyncResult", "init", "replay_spool", "resolve_token", "sync"]

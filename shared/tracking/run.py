@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.tracking.buffer import Buffer
+from shared.tracking.delivery import Delivery
 from shared.tracking.schema import (
     KEY_RE,
     MAX_STEP,
@@ -78,6 +79,7 @@ class Run:
         self._keys_ok: set[str] = set()
         self._auto_step = 0
         self._finished = False
+        self._delivery: Delivery | None = None
         self.points_logged = 0
         self.refused: list[dict[str, Any]] = []  # what the server refused (each with its reason)
         if self._disabled:
@@ -202,19 +204,32 @@ class Run:
             time.sleep(0.02)
         return False
 
-    def finish(self, status: str = "finished", timeout: float = 30.0) -> None:
-        """Deliver everything and mark the run finished; leaves a spool (and says so) if it cannot."""
-        if self._disabled or self._finished:
-            return
+    def finish(self, status: str = "finished", timeout: float = 30.0) -> Delivery:
+        """Deliver everything and mark the run finished; returns what was stored, left spooled and
+        refused (`Delivery.complete` is True only when every point is on the server). Leaves a
+        spool (and says so) if it cannot deliver; a second call returns the first call's counts."""
+        if self._delivery is not None:
+            return self._delivery
+        if self._disabled:
+            self._delivery = Delivery(self.id, self.mode, self.points_logged, 0, 0, 0, 0)
+            return self._delivery
         self._finished = True
         self._sender.close({"op": "finish", "run": self.id, "body": {"status": status, "wall": time.time()}}, timeout)
+        ops_spooled, points_spooled = self._spool.pending()
+        self._delivery = Delivery(
+            run_id=self.id, mode=self.mode, points_logged=self.points_logged,
+            points_stored=self._sender.points_stored, points_spooled=points_spooled, ops_spooled=ops_spooled,
+            refused=len(self.refused), spool_path=str(self._spool.path) if ops_spooled else None,
+            rejected_path=str(self._rejected.path) if self.refused else None,
+        )
         if self._spool.exists():
             why = "is offline" if self.mode == "offline" else f"could not reach {self.url}"
-            print(f"tracking: run {self.id} {why}; its data is kept in {self._spool.path}. "
-                  "Upload it with `moelab tracker sync`.", file=sys.stderr)
+            print(f"tracking: run {self.id} {why}; {points_spooled:,} points in {ops_spooled} op(s) are kept in "
+                  f"{self._spool.path}. Upload them with `moelab tracker sync`.", file=sys.stderr)
         if self.refused:
             print(f"tracking: run {self.id}: the server refused {len(self.refused)} op(s) or item(s); "
                   f"they are kept in {self._rejected.path}", file=sys.stderr)
+        return self._delivery
 
     def __enter__(self) -> Run:
         return self

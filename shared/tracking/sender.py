@@ -54,6 +54,7 @@ class Sender:
         self._next_retry = 0.0
         self._backoff = 0.25
         self.reached = False  # the server took something from this run (an op or a heartbeat)
+        self._points_direct = 0  # scalar points stored by direct sends (the spool counts its own)
         self._last_beat = time.time()
         self._warned = False
         self.thread = threading.Thread(target=self._loop, name=f"tracking-{run_id}", daemon=True)
@@ -66,6 +67,11 @@ class Sender:
         with self.lock:
             quiet = not self.buffer.pending and not self.ops and not self.busy
         return quiet and (self.transport is None or not self.spool.exists())
+
+    @property
+    def points_stored(self) -> int:
+        """Scalar points of this run the server acknowledged, sent directly or replayed from the spool."""
+        return self._points_direct + self.spool.points_stored
 
     def close(self, final_op: dict[str, Any], timeout: float) -> None:
         """Send everything and then `final_op` (the finish), trying for up to `timeout` seconds."""
@@ -111,7 +117,7 @@ class Sender:
         pending = list(ops)
         while pending and not self.spool.exists():
             try:
-                deliver(self.transport, pending[0], self.rejected.add)
+                self._points_direct += deliver(self.transport, pending[0], self.rejected.add)
                 pending.pop(0)
                 self.reached = True
             except Unreachable as exc:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.tracking.transport import Transport, Unreachable, deliver
+from shared.tracking.transport import Transport, Unreachable, batch_points, deliver
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
@@ -49,6 +49,16 @@ class RejectedLog:
         if self.on_refuse:
             self.on_refuse(entry)
 
+    def keep_line(self, line: str, reason: str) -> None:
+        """Keep a spool line that is not an op (unreadable JSON), with why, instead of dropping it."""
+        entry = {"error": reason, "line": line}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        print(f"tracking: {reason}; the line is kept in {self.path}", file=sys.stderr)
+        if self.on_refuse:
+            self.on_refuse(entry)
+
     def retry(self, transport: Transport) -> list[dict[str, Any]]:
         """Offer every refused op again, in order; keep (and return) what is still refused."""
         lines = _read_lines(self.path)
@@ -65,6 +75,10 @@ class RejectedLog:
         for i, line in enumerate(lines):
             try:
                 entry = json.loads(line)
+                if isinstance(entry, dict) and "line" in entry and "op" not in entry:
+                    still.append(entry)  # an unreadable spool line kept by `keep_line`: nothing to resend
+                    keep.append(line)
+                    continue
                 op = entry["op"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 still.append({"error": f"line {i + 1} is not a refused op; left as it is", "line": line[:200]})
@@ -79,16 +93,34 @@ class RejectedLog:
         return still
 
 
+def _is_op(op: Any) -> bool:
+    return isinstance(op, dict) and op.get("op") in ("init", "batch", "finish") and isinstance(op.get("run"), str) \
+        and isinstance(op.get("body"), dict)
+
+
 class Spool:
-    """An append-only JSONL file of ops not yet delivered, replayed in order."""
+    """An append-only JSONL file of ops not yet delivered, replayed in order.
+
+    A process killed mid-write leaves its last line torn (no newline): replay skips that line and
+    counts it in `torn`. Any other line that is not an op is moved to the rejected log with its
+    line number and counted in `malformed`, never dropped unseen. `points_stored` counts the
+    scalar points the server took from this spool."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.points_stored = 0
+        self.torn = 0
+        self.malformed = 0
 
     def append(self, op: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(op, allow_nan=False) + "\n")
+        with open(self.path, "a+b") as f:
+            # after a torn write, start on a new line so the torn fragment cannot swallow this op
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
+            f.write((json.dumps(op, allow_nan=False) + "\n").encode())
 
     def exists(self) -> bool:
         return self.path.exists() and self.path.stat().st_size > 0
@@ -97,21 +129,44 @@ class Spool:
     def rejected_path(self) -> Path:
         return self.path.with_suffix(".rejected.jsonl")
 
+    def pending(self) -> tuple[int, int]:
+        """(ops, scalar points) still in the spool."""
+        ops = points = 0
+        for line in _read_lines(self.path):
+            try:
+                op = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if _is_op(op):
+                ops += 1
+                points += batch_points(op["body"]) if op["op"] == "batch" else 0
+        return ops, points
+
     def replay(self, transport: Transport, rejected: RejectedLog | None = None) -> int:
         """Send every spooled op in order; keep the undelivered tail (atomically) on failure."""
         if not self.exists():
             return 0
         rejected = rejected or RejectedLog(self.rejected_path)
-        lines = _read_lines(self.path)
+        raw = self.path.read_text()
+        lines = [ln for ln in raw.splitlines() if ln.strip()]
+        torn_at = len(lines) - 1 if lines and not raw.endswith("\n") else None
         sent = 0
         for i, line in enumerate(lines):
             try:
                 op = json.loads(line)
-            except json.JSONDecodeError:  # a process killed mid-write leaves at most its last line torn
-                print(f"tracking: skipping a torn line {i + 1} in {self.path}", file=sys.stderr)
+                if not _is_op(op):
+                    raise ValueError("not an op with op, run and body")
+            except ValueError as exc:  # JSONDecodeError is a ValueError
+                if i == torn_at:
+                    self.torn += 1
+                    print(f"tracking: skipping the torn last line {i + 1} of {self.path} "
+                          "(a process stopped while writing it)", file=sys.stderr)
+                else:
+                    self.malformed += 1
+                    rejected.keep_line(line, f"line {i + 1} of {self.path} is not a spooled op ({exc})")
                 continue
             try:
-                deliver(transport, op, rejected.add)
+                self.points_stored += deliver(transport, op, rejected.add)
             except Unreachable:
                 _write_lines_atomic(self.path, lines[i:])
                 raise
@@ -121,11 +176,13 @@ class Spool:
 
 
 class SyncResult(dict):
-    """Ops uploaded per run id; `.refused` lists what the server still refuses, each with its file."""
+    """Ops uploaded per run id; `.refused` lists what the server still refuses, each with its file;
+    `.torn` counts torn last lines skipped (a process stopped while writing them)."""
 
     def __init__(self):
         super().__init__()
         self.refused: list[dict[str, Any]] = []
+        self.torn = 0
 
 
 def replay_spool(path: str | os.PathLike, url: str, token: str | None) -> int:
@@ -150,7 +207,9 @@ def sync(spool_dir: str, url: str, token: str | None) -> SyncResult:
         for path in sorted(folder.glob("*.jsonl")):
             if path.name.endswith(".rejected.jsonl"):
                 continue
-            out[path.stem] = Spool(path).replay(transport)
+            spool = Spool(path)
+            out[path.stem] = spool.replay(transport)
+            out.torn += spool.torn
         for path in sorted(folder.glob("*.rejected.jsonl")):
             for entry in RejectedLog(path).retry(transport):
                 out.refused.append({**entry, "file": str(path)})

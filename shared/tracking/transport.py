@@ -150,22 +150,32 @@ def refused_part(op: dict[str, Any], refused: list[dict[str, Any]]) -> dict[str,
     return {"op": "batch", "run": op["run"], "body": new}
 
 
-def deliver(transport: Transport, op: dict[str, Any], refuse: Callable[[dict, str, list | None], None]) -> None:
-    """Send `op`; a refused op or item goes to `refuse(op, reason, items)`. Raises `Unreachable`."""
+def batch_points(body: dict[str, Any]) -> int:
+    """Scalar points a batch body carries."""
+    return sum(len(v.get("steps", ())) for v in body.get("metrics", {}).values())
+
+
+def deliver(transport: Transport, op: dict[str, Any], refuse: Callable[[dict, str, list | None], None]) -> int:
+    """Send `op`; a refused op or item goes to `refuse(op, reason, items)`. Raises `Unreachable`.
+
+    Returns the scalar points of `op` the server holds now: all of a batch it took (a duplicate
+    batch id means an earlier copy was stored), less the items it refused."""
     try:
         reply = transport.send(op)
     except TooLarge as exc:
         parts = split_batch(op) if op["op"] == "batch" else None
         if parts is None:
             refuse(op, str(exc), None)
-            return
-        for part in parts:
-            deliver(transport, part, refuse)
-        return
+            return 0
+        return sum(deliver(transport, part, refuse) for part in parts)
     except Rejected as exc:
         refuse(op, str(exc), None)
-        return
+        return 0
+    stored = batch_points(op["body"]) if op["op"] == "batch" else 0
     refused = reply.get("refused") if isinstance(reply, dict) else None
     if refused:
+        part = refused_part(op, refused)
         reason = "; ".join(f"{r.get('item')}: {r.get('error')}" for r in refused)
-        refuse(refused_part(op, refused), f"the server refused {len(refused)} item(s): {reason}", refused)
+        refuse(part, f"the server refused {len(refused)} item(s): {reason}", refused)
+        stored -= batch_points(part["body"])
+    return stored
