@@ -10,11 +10,17 @@ previous checkpoint as the latest loadable one. The newest `keep_last` checkpoin
 Expert-parallel shards are saved as what they are, slices of global (E, …) tensors
 (ep_state.py), so a checkpoint is not tied to the layout that wrote it: EP=2 resumes at EP=1, in
 one process, or at EP=2 again.
+
+A checkpoint that lacks part of what this code restores still loads, but never quietly: router
+bias averages it does not hold start from the live bias, and a rank without its RNG file keeps its
+current RNG (the resumed run then draws differently from an uninterrupted one). Each such gap is
+logged as a warning and listed in the returned meta under `load_gaps`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -28,6 +34,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from services.trainer.ep_state import as_global, as_local, expert_layout
+
+log = logging.getLogger(__name__)
 
 PREFIX = "step_"
 Optimizers = torch.optim.Optimizer | list[torch.optim.Optimizer] | Any
@@ -67,7 +75,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _bias_averages_not_saved(path: Path, model_sd: dict[str, Any]) -> list[str]:
-    """Router bias averages that a checkpoint from before the router kept one does not hold; such a
+    """Router bias averages that a checkpoint written before the router kept one does not hold; such a
     checkpoint resumes with each average set to its live bias instead of failing to load."""
     stored = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     return [k for k in model_sd if k.endswith("expert_bias_avg_E") and f"model.{k}" not in stored]
@@ -121,7 +129,8 @@ class CheckpointManager:
         return final
 
     def load(self, path: Path, model: torch.nn.Module, optimizer: Optimizers) -> dict[str, Any]:
-        """Restore model, optimizer(s) and this rank's RNG from `path`; returns its meta."""
+        """Restore model, optimizer(s) and this rank's RNG from `path`; returns its meta, with
+        `load_gaps` listing what the checkpoint lacked and how the load filled it in."""
         optimizer = _torch_optimizers(optimizer)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         layout = expert_layout(model)
@@ -137,10 +146,20 @@ class CheckpointManager:
             model_sd[key] = model_sd[key.replace("expert_bias_avg_E", "expert_bias_E")].clone()
         as_local(state["model"], state["optim"], layout)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        gaps = []
+        if unsaved:
+            gaps.append(f"{len(unsaved)} router bias average(s) not in the checkpoint, started from the live bias")
         rng_file = path / f"rank{_rank()}.pt"
         if rng_file.exists():
             set_rng_state(torch.load(rng_file, weights_only=False))
-        return json.loads((path / "meta.json").read_text())
+        else:
+            gaps.append(f"no RNG state {rng_file.name}: rank {_rank()} keeps its current RNG, so the resumed run "
+                        "draws differently from an uninterrupted one")
+        for gap in gaps:
+            log.warning("checkpoint %s: %s", path, gap)
+        meta = json.loads((path / "meta.json").read_text())
+        meta["load_gaps"] = gaps
+        return meta
 
     def _prune(self) -> None:
         for old in self.list()[: -self.keep_last]:

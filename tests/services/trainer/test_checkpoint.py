@@ -40,7 +40,7 @@ def test_roundtrip_restores_weights_optimizer_buffers_and_rng(tmp_path):
 
     fresh, fresh_opt = _model_and_opt(seed=1)
     meta = mgr.load(mgr.latest(), fresh, fresh_opt)
-    assert meta == {"step": 3, "data": {"position": 42}}
+    assert meta == {"step": 3, "data": {"position": 42}, "load_gaps": []}
     assert torch.equal(torch.randn(3), expected_next)
     for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b)
@@ -51,7 +51,7 @@ def test_roundtrip_restores_weights_optimizer_buffers_and_rng(tmp_path):
             assert torch.equal(torch.as_tensor(saved[key][name]), torch.as_tensor(loaded[key][name]))
 
 
-def test_a_checkpoint_from_before_the_router_bias_average_resumes_with_the_average_set_to_the_bias(tmp_path):
+def test_a_checkpoint_from_before_the_router_bias_average_resumes_with_the_average_set_to_the_bias(tmp_path, caplog):
     from shared.config.model import MoEConfig
     from shared.model.moe import MoELayer
 
@@ -67,9 +67,25 @@ def test_a_checkpoint_from_before_the_router_bias_average_resumes_with_the_avera
     mgr.save(1, old, old_opt, {})
 
     layer, opt = layer_and_opt()
-    mgr.load(mgr.latest(), layer, opt)
+    with caplog.at_level("WARNING", logger="services.trainer.checkpoint"):
+        meta = mgr.load(mgr.latest(), layer, opt)
     assert torch.equal(layer.router.expert_bias_E, torch.tensor([0.1, -0.2, 0.3, 0.0]))
     assert torch.equal(layer.router.expert_bias_avg_E, layer.router.expert_bias_E)
+    assert len(meta["load_gaps"]) == 1 and "1 router bias average(s)" in meta["load_gaps"][0]
+    ours = [r.getMessage() for r in caplog.records if r.name == "services.trainer.checkpoint"]
+    assert ours == [f"checkpoint {mgr.latest()}: {meta['load_gaps'][0]}"]
+
+
+def test_a_checkpoint_without_this_ranks_rng_file_loads_and_says_so(tmp_path, caplog):
+    model, opt = _model_and_opt()
+    mgr = CheckpointManager(tmp_path)
+    path = mgr.save(1, model, opt, {"step": 1})
+    (path / "rank0.pt").unlink()
+    fresh, fresh_opt = _model_and_opt(seed=1)
+    with caplog.at_level("WARNING", logger="services.trainer.checkpoint"):
+        meta = mgr.load(path, fresh, fresh_opt)
+    assert meta["step"] == 1 and len(meta["load_gaps"]) == 1 and "no RNG state rank0.pt" in meta["load_gaps"][0]
+    assert any("no RNG state rank0.pt" in r.getMessage() for r in caplog.records if r.name == "services.trainer.checkpoint")
 
 
 def test_keeps_only_the_newest_checkpoints(tmp_path):
