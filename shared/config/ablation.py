@@ -14,11 +14,9 @@ from pydantic import Field, model_validator
 
 from shared.config.base import Section
 
-NAME = r"^[A-Za-z0-9_.-]+$"
-
 
 class ArmConfig(Section):
-    name: str = Field(..., min_length=1, max_length=64, pattern=NAME, description="Arm name (e.g. raw, curated).")
+    name: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9_.-]*$", description="Arm name (e.g. raw, curated); required.")
     documents: list[str] = Field(
         default_factory=list,
         description="JSONL(.gz) or Parquet globs the arm trains on as they are (e.g. raw inputs or a pipeline's kept set).",
@@ -33,6 +31,8 @@ class ArmConfig(Section):
 
     @model_validator(mode="after")
     def _one_recipe(self) -> ArmConfig:
+        if not self.name:
+            raise ValueError("every arm needs a name (letters, digits, _ . -)")
         if bool(self.documents) == (self.filter is not None):
             raise ValueError(f"arm {self.name!r} needs exactly one recipe: `documents` (globs) or `filter` (overrides)")
         bad = {k: v for k, v in self.rates.items() if not v >= 0}
@@ -42,12 +42,12 @@ class ArmConfig(Section):
 
 
 class AblationConfig(Section):
-    arms: list[ArmConfig] = Field(..., min_length=2, description="The data recipes compared (at least two).")
-    baseline: str = Field(..., min_length=1, description="Arm every other arm is compared against.")
+    arms: list[ArmConfig] = Field(default_factory=list, description="The data recipes compared (at least two).")
+    baseline: str = Field("", description="Arm every other arm is compared against (required).")
     seeds: int = Field(3, ge=2, le=64, description="Seeds per arm (init and data order); two or more give an interval.")
     first_seed: int = Field(0, ge=0, description="Seeds are first_seed, first_seed + 1, …")
     eval_documents: list[str] = Field(
-        ..., min_length=1,
+        default_factory=list,
         description="Held-out JSONL/Parquet globs for eval loss on the shared tokenizer; removed from every arm by text.",
     )
     reference_sets: list[str] | None = Field(
@@ -71,6 +71,10 @@ class AblationConfig(Section):
 
     @model_validator(mode="after")
     def _arms_are_distinct_and_baseline_is_one(self) -> AblationConfig:
+        if len(self.arms) < 2:
+            raise ValueError(f"an ablation compares at least two arms; got {len(self.arms)}")
+        if not self.eval_documents:
+            raise ValueError("eval_documents is empty: name held-out documents every arm is measured on")
         names = [a.name for a in self.arms]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
