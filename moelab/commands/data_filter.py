@@ -65,11 +65,20 @@ def register_data(group: typer.Typer) -> None:
     def inspect_cmd(
         out_dir: str = typer.Argument(..., help="A data filter output directory."),
         reason: str = typer.Option(None, "--reason", help="Show removed samples of this reason (e.g. c4:curly_bracket)."),
+        source: str = typer.Option(None, "--source", help="Only this input source: its removals, bytes and samples."),
+        flagged: bool = typer.Option(False, "--flagged", help="Show written documents kept with a layout or edit flag, and how far they failed."),
         n: int = typer.Option(3, "-n", help="Samples to show per reason."),
         rejects: bool = typer.Option(False, "--rejects", help="List rejected input lines instead."),
         chars: int = typer.Option(300, "--chars", help="Characters of each sample to print."),
     ) -> None:
-        """Print the funnel, removals per filter and reason, and samples of removed documents."""
+        """Print the funnel, removals and bytes per source, and samples of removed (or flagged-and-kept) documents."""
+        from moelab.commands.data_inspect import (
+            describe_how_far,
+            flagged_kept,
+            format_sources,
+            removed_samples,
+        )
+
         root = Path(out_dir)
         stats_file = root / "stats.json"
         if not stats_file.is_file():
@@ -81,15 +90,20 @@ def register_data(group: typer.Typer) -> None:
                 r = json.loads(line)
                 typer.echo(f"{r['path']}:{r['line']}  {r['reason']}  {r['detail'][:80]}")
             return
-        typer.echo(format_funnel(stats))
-        shown: dict[str, int] = {}
-        for line in (root / "removed_samples.jsonl").read_text(encoding="utf-8").splitlines():
-            s = json.loads(line)
-            tag = f"{s['filter']}:{s['reason']}"
-            if (reason and tag != reason and s["reason"] != reason) or shown.get(tag, 0) >= n:
-                continue
-            shown[tag] = shown.get(tag, 0) + 1
-            typer.echo(f"\n--- {tag}  id={s['id']}  source={s['source']}")
+        if source is None:
+            typer.echo(format_funnel(stats))
+        try:
+            typer.echo(format_sources(stats, source))
+        except KeyError as exc:
+            typer.secho(str(exc.args[0]), fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2) from None
+        if flagged:
+            for r in flagged_kept(root, source, reason, n):
+                typer.echo(f"\n--- kept, flagged {r['tag']}  id={r['id']}  source={r['source']}  {describe_how_far(r)}")
+                typer.echo(r["text"][:chars])
+            return
+        for s in removed_samples(root, source, reason, n):
+            typer.echo(f"\n--- {s['tag']}  id={s['id']}  source={s['source']}")
             typer.echo(s["text"][:chars])
 
 

@@ -4,6 +4,12 @@ Every removed document is attributed to the first filter that removed it, with t
 reason; a check a filter could not apply (no stop-word list for the language, no word units) is
 counted under `skipped` with its reason. A layout hit that only flags the document for review (see
 `filters/base.py`) is counted under `flagged` and the document goes on, unchanged by that filter.
+Edits are counted too, so no text disappears from a document reported as kept: `edited` documents
+a filter rewrote and the `bytes_edited` it took out of them. A rewriting filter's settings bound
+the loss (`max_edit_loss`, from the text as read, summed over the chain's edits): past it the
+document is removed (`edit_over_limit`) or kept as that filter received it and flagged
+(`edit_flagged`; meta `edit_flag`, `edit_loss`). Every kept document's meta carries
+`chars_original` (as read) and `chars_kept` (as written), so a reader can check the bound.
 The pipeline writes these numbers as JSON and reports the funnels to the tracker.
 """
 
@@ -28,18 +34,25 @@ class StageStats:
     seconds: float = 0.0
     skipped: Counter = field(default_factory=Counter)
     flagged: Counter = field(default_factory=Counter)
+    edited: int = 0
+    bytes_edited: int = 0
+    edit_removed: int = 0
+    edit_flagged: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "in": self.docs_in, "kept": self.kept, "removed": dict(sorted(self.removed.items())),
             "bytes_in": self.bytes_in, "bytes_kept": self.bytes_kept, "seconds": round(self.seconds, 4),
             "skipped": dict(sorted(self.skipped.items())), "flagged": dict(sorted(self.flagged.items())),
+            "edited": self.edited, "bytes_edited": self.bytes_edited, "edit_removed": self.edit_removed,
+            "edit_flagged": self.edit_flagged,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageStats:
         return cls(d["name"], d["in"], d["kept"], Counter(d["removed"]), d["bytes_in"], d["bytes_kept"], d["seconds"],
-                   Counter(d.get("skipped", {})), Counter(d.get("flagged", {})))
+                   Counter(d.get("skipped", {})), Counter(d.get("flagged", {})), d.get("edited", 0), d.get("bytes_edited", 0),
+                   d.get("edit_removed", 0), d.get("edit_flagged", 0))
 
     def merge(self, other: StageStats) -> None:
         self.docs_in += other.docs_in
@@ -50,9 +63,18 @@ class StageStats:
         self.bytes_in += other.bytes_in
         self.bytes_kept += other.bytes_kept
         self.seconds += other.seconds
+        self.edited += other.edited
+        self.bytes_edited += other.bytes_edited
+        self.edit_removed += other.edit_removed
+        self.edit_flagged += other.edit_flagged
 
 
 LAYOUT_FLAG = "layout_flag"
+EDIT_FLAG = "edit_flag"
+EDIT_LOSS = "edit_loss"
+CHARS_ORIGINAL = "chars_original"
+CHARS_KEPT = "chars_kept"
+EDIT_OVER_LIMIT = "edit_over_limit"
 
 
 def utf8_size(text: str) -> int:
@@ -77,6 +99,7 @@ class Chain:
         clock = time.perf_counter
         text = doc.text
         size = utf8_size(text)
+        chars = len(text)
         for f, st in zip(self.filters, self.stats, strict=True):
             st.docs_in += 1
             st.bytes_in += size
@@ -91,14 +114,36 @@ class Chain:
                 doc.meta.setdefault(LAYOUT_FLAG, f"{f.name}:{reason}")
                 doc.text = text  # the document goes on as this filter received it
                 reason = None
+            if reason is None and doc.text is not text:  # a rewriting filter (normalise, C4) changed the text
+                reason = self._bound_edit(f, st, doc, text, size, chars)
             if reason is not None:
                 st.removed[reason] += 1
                 return f.name, reason
-            if doc.text is not text:  # a rewriting filter (normalise, C4) changed the text
+            if doc.text is not text:
                 text = doc.text
                 size = utf8_size(text)
             st.kept += 1
             st.bytes_kept += size
+        doc.meta[CHARS_ORIGINAL] = chars
+        doc.meta[CHARS_KEPT] = len(doc.text)
+        return None
+
+    @staticmethod
+    def _bound_edit(f: Filter, st: StageStats, doc: Doc, before: str, size_before: int, chars: int) -> str | None:
+        """Count `f`'s edit of `doc` and apply its settings' bound; the removal reason, or None to go on."""
+        st.edited += 1
+        limit = getattr(f.cfg, "max_edit_loss", None)
+        loss = 1.0 - len(doc.text) / chars if chars else 0.0
+        if limit is not None and loss > limit:
+            if f.cfg.large_edit == "remove":
+                st.edit_removed += 1
+                return EDIT_OVER_LIMIT
+            st.edit_flagged += 1
+            doc.meta.setdefault(EDIT_FLAG, f.name)
+            doc.meta.setdefault(EDIT_LOSS, round(loss, 4))
+            doc.text = before  # kept whole: as this filter received it
+            return None
+        st.bytes_edited += size_before - utf8_size(doc.text)
         return None
 
 

@@ -242,6 +242,7 @@ def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[st
                 tag = reason if ":" in reason else f"{st['name']}:{reason}"  # confirmed layout flags keep their filter
                 d["removed"][tag] = d["removed"].get(tag, 0) + n
     for src, d in by_source.items():
+        d["stages"] = merge_stage_lists([s["stages"] for s in unit_stats if s["source"] == src])
         d["near_duplicates"] = dups_per_source.get(src, 0)
         d["written"] = d["kept"] - d["near_duplicates"] - d["fitted_removed"]
         d["removed"] = dict(sorted(d["removed"].items()))

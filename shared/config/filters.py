@@ -68,7 +68,25 @@ class FilterSettings(Section):
         return type(self).model_validate({**self.model_dump(exclude={"by_language"}), **over})
 
 
-class NormalizeConfig(FilterSettings):
+class EditingSettings(FilterSettings):
+    """Settings of a filter that rewrites text (normalise, C4 lines): how much of a document an edit may take.
+
+    Why: a line rule tuned on web pages (C4: keep lines ending in terminal punctuation) turns
+    hard-wrapped text (man pages, licences, mailing lists, plain-text books) into sentence fragments
+    while the document still counts as kept. The loss is measured from the text as the chain read
+    it, so edits add up over the chain; past `max_edit_loss` the document is removed with the reason
+    `edit_over_limit`, or kept as this filter received it and flagged (meta `edit_flag`, `edit_loss`).
+    """
+
+    max_edit_loss: float = Field(
+        0.5, gt=0, le=1, description="Most of a document's characters (from the text as read) the chain's edits may remove.",
+    )
+    large_edit: Literal["remove", "flag"] = Field(
+        "flag", description="A document past max_edit_loss: 'remove' it (reason edit_over_limit) or 'flag' it and keep it unedited.",
+    )
+
+
+class NormalizeConfig(EditingSettings):
     form: Literal["NFC", "NFKC"] = Field("NFC", description="Unicode normal form (NFC keeps compatibility characters).")
     collapse_spaces: bool = Field(True, description="Collapse runs of spaces/tabs inside a line (off for code).")
     max_blank_lines: int = Field(2, ge=1, le=100, description="Longest run of consecutive blank lines kept.")
@@ -170,7 +188,7 @@ class GopherQualityConfig(FilterSettings):
     )
 
 
-class C4Config(FilterSettings):
+class C4Config(EditingSettings):
     languages: list[str] = Field(
         default_factory=lambda: ["en"],
         description="Languages C4's rules apply to (C4 is English; FineWeb-2 applies no C4 rule to other languages); [] = all.",

@@ -45,7 +45,7 @@ def count_sentences(text: str) -> int:
 
 class C4Filter(Filter):
     name = "c4"
-    reasons = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
+    reasons = ("lorem_ipsum", "curly_bracket", "too_few_sentences", "edit_over_limit")
     review_reasons = frozenset({"curly_bracket", "too_few_sentences"})  # placeholder text stays a removal
 
     settings = C4Config

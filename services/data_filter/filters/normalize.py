@@ -55,7 +55,7 @@ _TRAILING = re.compile(r"[^\S\n]+\n")
 
 class NormalizeFilter(Filter):
     name = "normalize"
-    reasons = ("empty_after_normalize",)
+    reasons = ("empty_after_normalize", "edit_over_limit")
 
     settings = NormalizeConfig
 
