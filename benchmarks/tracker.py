@@ -1,23 +1,35 @@
-"""Tracker vs MLflow, same load, same run: ingest rate of 8 concurrent clients and the latency of a
-1M-point series fetched downsampled to 2,000 points.
+"""Tracker vs MLflow, same load, same machine: ingest rate of 8 concurrent clients, the latency of a
+1M-point series fetched downsampled to 2,000 points, and (ours only) two dashboard pages in Chromium.
 
-    .venv/bin/python benchmarks/tracker.py            # full: 8 clients x 20k points, 1M-point series
+    .venv/bin/python benchmarks/tracker.py            # full: 8 clients x 20k points, 1M-point series, 3 rounds
                                                       # (also written to benchmarks/results/tracker.json)
-    .venv/bin/python benchmarks/tracker.py --quick    # smoke: 8 x 2k points, 20k-point series
+    .venv/bin/python benchmarks/tracker.py --quick    # smoke: 8 x 2k points, 20k-point series, 1 round
 
 Both servers run as subprocesses on SQLite with their defaults: ours is `moelab tracker serve`
 (one uvicorn process); MLflow is `mlflow server --backend-store-uri sqlite:///…` (its default 4
 workers). Each side's load comes from its own client library in a subprocess with 8 threads, 4
-keys per step: ours through `shared.tracking` (background batching), MLflow through
-`MlflowClient.log_batch` with 1,000 metrics per call (MLflow's per-request maximum). A client is
-done when its points are stored (our `finish()` waits for delivery; MLflow's calls are synchronous).
+keys per step, with the same batching: ours through `shared.tracking` with at most 1,000 points
+per request (`max_batch_points`), MLflow through `MlflowClient.log_batch` with 1,000 metrics per
+call (its per-request maximum). MLflow's asynchronous logging (`log_batch(..., synchronous=False)`
+once per step, batched by MLflow's own queue) is a second contender. The contenders run in
+interleaved rounds (the order rotates each round) and each rate is the median over rounds.
+
+A contender counts only when its server holds every point: our `finish()` must report the run
+complete and the benchmark then counts the stored points through the API; MLflow's points are
+counted with `get_metric_history`. A shortfall on either side fails the benchmark (exit 1): an
+undelivered run would otherwise read as a huge ingest rate.
+
 The downsampled fetch is ours `GET /api/runs/{id}/series?points=2000` vs MLflow's
 `get-history-bulk-interval?max_results=2000` (what MLflow's UI uses); `query_ms` is our first
-(cold) fetch, `query_warm_ms` the median of 10 repeats.
+(cold) fetch, `query_warm_ms` the median of 10 repeats. The browser part times, in Debian's
+Chromium, the runs list over `--page-runs` runs (500) and a run page with 50 keys, until each page
+says it has drawn everything (no peer: MLflow's UI is not served by the same process model).
 
 MLflow lives in its own venv (runs/bench-venvs/mlflow, gitignored, created here on first use)
 because its pins would replace the project's pyarrow. Last output line: one JSON object with
-`ratio` (our ingest rate / MLflow's) and `query_ms`. Targets: ratio >= 20, query_ms < 100.
+`ratio` (our ingest rate / MLflow's synchronous one), `ratio_async` (/ MLflow's asynchronous one)
+and `query_ms`. Targets: ratio >= 20, query_ms < 100. Timings from a loaded machine (see
+`load_avg_1m`) are not comparable with a quiet one.
 """
 
 from __future__ import annotations
@@ -49,6 +61,18 @@ from shared.net import free_port  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = ROOT / "runs" / "bench-venvs" / "mlflow"
 KEYS = ("loss", "lr", "grad_norm", "tokens_per_s")
+BATCH_POINTS = 1000  # points per request on both sides: MLflow's log_batch maximum
+CONTENDERS = ("ours", "mlflow", "mlflow_async")
+
+
+class NotStored(RuntimeError):
+    """A server holds fewer points than its client logged: the timing would be meaningless."""
+
+
+def require_stored(side: str, stored: int, expected: int) -> None:
+    if stored != expected:
+        raise NotStored(f"{side}: the server holds {stored:,} of the {expected:,} points its clients logged; "
+                        "an ingest rate over undelivered points means nothing")
 
 
 def wait_http(url: str, timeout: float = 120.0) -> None:
@@ -68,24 +92,40 @@ def load_ours(url: str, token: str, clients: int, steps: int, spool: str) -> dic
     sys.path.insert(0, str(ROOT))
     from shared import tracking
 
+    run_ids: list[str] = []
+
     def worker(i: int) -> None:
-        # the client's defaults (flush every tracker.flush_interval_s = 1 s, or at 50k buffered points)
-        run = tracking.init(project="bench", name=f"client{i}", url=url, token=token, spool_dir=spool)
+        run = tracking.init(project="bench", name=f"client{i}", url=url, token=token, spool_dir=spool,
+                            max_batch_points=BATCH_POINTS)
         for step in range(steps):
             run.log({"loss": 1.0 / (step + 1), "lr": 3e-4, "grad_norm": 0.5 + i, "tokens_per_s": 4e4}, step=step)
-        run.finish(timeout=600)
+        delivery = run.finish(timeout=600)
+        run_ids.append(run.id)
+        if not delivery.complete:
+            raise NotStored(delivery.summary())
 
-    return _timed_threads(worker, clients, steps)
+    return {**_timed_threads(worker, clients, steps), "runs": run_ids}
 
 
-def load_mlflow(url: str, clients: int, steps: int) -> dict:
+def count_ours(url: str, run_ids: list[str]) -> int:
+    """Scalar points our server holds for these runs, read back through its API."""
+    import httpx
+
+    total = 0
+    for run_id in run_ids:
+        keys = httpx.get(f"{url}/api/runs/{run_id}/keys", timeout=60).json()
+        total += sum(k["points"] for k in keys.get("scalars", []))
+    return total
+
+
+def load_mlflow(url: str, clients: int, steps: int, asynchronous: bool = False) -> dict:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=url)
     exp = client.create_experiment(f"bench-{uuid.uuid4().hex[:8]}")
-    per_call = 1000 // len(KEYS)
-    retries = []
+    per_call = BATCH_POINTS // len(KEYS)
+    retries, run_ids = [], []
 
     def retry(fn, *a, **kw):
         """MLflow's server drops connections now and then on a loaded machine: retry, and count it."""
@@ -98,20 +138,29 @@ def load_mlflow(url: str, clients: int, steps: int) -> dict:
                 retries.append(1)
                 time.sleep(1.0)
 
+    def values(i: int, step: int):
+        return zip(KEYS, (1.0 / (step + 1), 3e-4, 0.5 + i, 4e4), strict=True)
+
     def worker(i: int) -> None:
         run_id = retry(client.create_run, exp).info.run_id
-        for start in range(0, steps, per_call):
-            ts = int(time.time() * 1000)
-            metrics = [
-                Metric(k, v, ts, step)
-                for step in range(start, min(start + per_call, steps))
-                for k, v in zip(KEYS, (1.0 / (step + 1), 3e-4, 0.5 + i, 4e4), strict=True)
-            ]
-            retry(client.log_batch, run_id, metrics=metrics)
+        run_ids.append(run_id)
+        if asynchronous:  # one call per step, as a training loop logs; MLflow's queue batches them
+            pending = [client.log_batch(run_id, metrics=[Metric(k, v, int(time.time() * 1000), step)
+                                                         for k, v in values(i, step)], synchronous=False)
+                       for step in range(steps)]
+            for op in pending:
+                op.wait()
+        else:
+            for start in range(0, steps, per_call):
+                ts = int(time.time() * 1000)
+                metrics = [Metric(k, v, ts, step) for step in range(start, min(start + per_call, steps))
+                           for k, v in values(i, step)]
+                retry(client.log_batch, run_id, metrics=metrics)
         retry(client.set_terminated, run_id)
 
     res = _timed_threads(worker, clients, steps)
-    return {**res, "retries": len(retries)}
+    stored = sum(len(client.get_metric_history(r, k)) for r in run_ids for k in KEYS)
+    return {**res, "retries": len(retries), "stored": stored}
 
 
 def _timed_threads(worker, clients: int, steps: int) -> dict:
@@ -134,6 +183,7 @@ def _timed_threads(worker, clients: int, steps: int) -> dict:
 
 
 def run_load(python: str, kind: str, url: str, token: str, clients: int, steps: int, spool: str) -> dict:
+    """One contender's load in its own process; fails unless its server holds every point."""
     cmd = [python, "-P", str(Path(__file__).resolve()), "--load-client", kind, "--url", url, "--token", token,
            "--clients", str(clients), "--steps", str(steps), "--spool", spool]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
@@ -141,8 +191,21 @@ def run_load(python: str, kind: str, url: str, token: str, clients: int, steps: 
         raise RuntimeError(f"{kind} load client failed:\n{out.stderr[-3000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
     if res["errors"]:
-        raise RuntimeError(f"{kind} load client errors: {res['errors'][:3]}")
+        raise NotStored(f"{kind} load client errors: {res['errors'][:3]}")
+    stored = count_ours(url, res["runs"]) if kind == "ours" else res["stored"]
+    require_stored(kind, stored, res["points"])
     return res
+
+
+def interleaved(contenders: dict, rounds: int) -> dict[str, list[dict]]:
+    """Run each contender once per round, rotating the order, so drift in the machine's load falls
+    on every side alike; returns each contender's results in round order."""
+    names = list(contenders)
+    out: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            out[name].append(contenders[name]())
+    return out
 
 
 # ------------------------------------------------------------------ servers
@@ -241,15 +304,70 @@ print(json.dumps({{"log_s": log_s, "cold_ms": times[0], "warm_ms": sorted(times[
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# ------------------------------------------------------------------ dashboard pages in Chromium
+CHROMIUM = "/usr/bin/chromium"
+
+
+def populate_pages(url: str, token: str, n_runs: int, n_keys: int) -> str:
+    """`n_runs` runs with a demo-sized config and a few figures, and one run with `n_keys` keys of
+    1,000 steps; returns that run's id."""
+    import httpx
+
+    h = {"authorization": f"Bearer {token}"}
+    config = {"model": {f"p{i}": i for i in range(40)}, "optim": {"lr": 3e-4, "warmup": 100}, "data": {"seed": 0}}
+    with httpx.Client(base_url=url, headers=h, timeout=60) as c:
+        for i in range(n_runs):
+            run_id = f"page{i:05d}"
+            c.post("/api/runs", json={"id": run_id, "project": "pages", "name": f"run {i}", "config": config,
+                                      "tags": ["bench", f"arm{i % 4}"]}).raise_for_status()
+            c.post(f"/api/runs/{run_id}/batch", json={"batch_id": uuid.uuid4().hex, "metrics": {
+                "loss": {"steps": [0, 1], "walls": [1.7e9, 1.7e9 + 1], "values": [3.0, 2.0 + i / n_runs]}}}
+            ).raise_for_status()
+        big = "page-keys"
+        c.post("/api/runs", json={"id": big, "project": "pages", "name": f"{n_keys} keys"}).raise_for_status()
+        steps = list(range(1000))
+        metrics = {f"m/{k:02d}": {"steps": steps, "walls": [1.7e9 + s for s in steps],
+                                  "values": [1.0 / (s + 1 + k) for s in steps]} for k in range(n_keys)}
+        c.post(f"/api/runs/{big}/batch", json={"batch_id": uuid.uuid4().hex, "metrics": metrics}).raise_for_status()
+    return big
+
+
+def time_pages(url: str, token: str, n_runs: int, n_keys: int, repeats: int) -> dict:
+    """Milliseconds until the runs list and the `n_keys` run page say they have drawn everything
+    (`body[data-ready='1']`): cold (first load) and the median of `repeats` reloads."""
+    if not os.path.exists(CHROMIUM):
+        return {"skipped": f"no browser at {CHROMIUM} (apt-get install -y chromium)"}
+    from playwright.sync_api import sync_playwright
+
+    big = populate_pages(url, token, n_runs, n_keys)
+    out: dict = {"runs": n_runs, "keys": n_keys}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for name, path in (("runs_list", "/?project=pages"), ("run_page", f"/runs/{big}")):
+            times = []
+            for _ in range(repeats + 1):
+                t = time.perf_counter()
+                page.goto(url + path)
+                page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+                times.append((time.perf_counter() - t) * 1000)
+            out[f"{name}_cold_ms"] = round(times[0], 1)
+            out[f"{name}_ms"] = round(statistics.median(times[1:]), 1)
+        browser.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--steps", type=int, default=None, help="steps per client (4 points each)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3, quick 1)")
     ap.add_argument("--series-points", type=int, default=None)
+    ap.add_argument("--page-runs", type=int, default=None, help="runs on the timed runs list (default 500, quick 60)")
     ap.add_argument("--out", type=Path, default=None,
                     help="results JSON (default: benchmarks/results/tracker.json unless --quick)")
-    ap.add_argument("--load-client", choices=["ours", "mlflow"], help=argparse.SUPPRESS)
+    ap.add_argument("--load-client", choices=CONTENDERS, help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--token", default="", help=argparse.SUPPRESS)
     ap.add_argument("--spool", default="", help=argparse.SUPPRESS)
@@ -257,12 +375,14 @@ def main() -> None:
     steps = args.steps or (500 if args.quick else 5_000)
     if args.load_client:
         res = (load_ours(args.url, args.token, args.clients, steps, args.spool) if args.load_client == "ours"
-               else load_mlflow(args.url, args.clients, steps))
+               else load_mlflow(args.url, args.clients, steps, asynchronous=args.load_client == "mlflow_async"))
         print(json.dumps(res))
         return
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below on `kill`
     series_n = args.series_points or (20_000 if args.quick else 1_000_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    page_runs = args.page_runs or (60 if args.quick else 500)
     mlflow_py = str(ensure_mlflow_venv())
     tmp = Path(tempfile.mkdtemp(prefix="moelab-bench-tracker-"))
     procs = []
@@ -275,12 +395,19 @@ def main() -> None:
         procs.append(mlf)
         print(f"start-up: ours {t1 - t0:.1f} s, mlflow {time.perf_counter() - t1:.1f} s", flush=True)
         print(f"servers up: ours {ours_url}, mlflow {mlf_url}; {args.clients} clients x {steps} steps x "
-              f"{len(KEYS)} keys = {args.clients * steps * len(KEYS):,} points each side", flush=True)
-        o = run_load(sys.executable, "ours", ours_url, token, args.clients, steps, str(tmp / "spool"))
-        m = run_load(mlflow_py, "mlflow", mlf_url, "", args.clients, steps, "")
-        ours_rate, mlf_rate = o["points"] / o["elapsed_s"], m["points"] / m["elapsed_s"]
-        print(f"ingest: ours {ours_rate:,.0f} points/s ({o['elapsed_s']:.2f} s), "
-              f"mlflow {mlf_rate:,.0f} points/s ({m['elapsed_s']:.2f} s): {ours_rate / mlf_rate:.1f}x", flush=True)
+              f"{len(KEYS)} keys = {args.clients * steps * len(KEYS):,} points per contender and round, "
+              f"{rounds} interleaved round(s)", flush=True)
+        spool = str(tmp / "spool")
+        results = interleaved({
+            "ours": lambda: run_load(sys.executable, "ours", ours_url, token, args.clients, steps, spool),
+            "mlflow": lambda: run_load(mlflow_py, "mlflow", mlf_url, "", args.clients, steps, ""),
+            "mlflow_async": lambda: run_load(mlflow_py, "mlflow_async", mlf_url, "", args.clients, steps, ""),
+        }, rounds)
+        rate = {name: statistics.median(r["points"] / r["elapsed_s"] for r in rs) for name, rs in results.items()}
+        print("ingest (median over rounds, every point counted on its server): " + ", ".join(
+            f"{name} {rate[name]:,.0f} points/s" for name in CONTENDERS) +
+            f"; ours / mlflow {rate['ours'] / rate['mlflow']:.1f}x, ours / mlflow_async "
+            f"{rate['ours'] / rate['mlflow_async']:.1f}x", flush=True)
         q = query_ours(ours_url, token, series_n)
         print(f"query {series_n:,} -> <=2000 points: ours cold {q['cold_ms']:.1f} ms, warm {q['warm_ms']:.1f} ms "
               f"({q['returned']} points)", flush=True)
@@ -288,23 +415,33 @@ def main() -> None:
         print(f"query on mlflow (get-history-bulk-interval, max_results=2000): cold {mq['cold_ms']:.1f} ms, "
               f"warm {mq['warm_ms']:.1f} ms ({mq['returned']} points; logging the series took {mq['log_s']:.1f} s)",
               flush=True)
+        pages = time_pages(ours_url, token, page_runs, 50, repeats=1 if args.quick else 5)
+        print(f"dashboard pages in Chromium: {pages}", flush=True)
         result = {
-            "ratio": round(ours_rate / mlf_rate, 2),
-            "ingest_points_per_s": round(ours_rate),
-            "mlflow_points_per_s": round(mlf_rate),
+            "ratio": round(rate["ours"] / rate["mlflow"], 2),
+            "ratio_async": round(rate["ours"] / rate["mlflow_async"], 2),
+            "ingest_points_per_s": round(rate["ours"]),
+            "mlflow_points_per_s": round(rate["mlflow"]),
+            "mlflow_async_points_per_s": round(rate["mlflow_async"]),
+            "points_per_request": BATCH_POINTS,
+            "rounds": rounds,
             "query_ms": round(q["cold_ms"], 2),
             "query_warm_ms": round(q["warm_ms"], 2),
             "mlflow_query_ms": round(mq["cold_ms"], 2),
             "mlflow_query_warm_ms": round(mq["warm_ms"], 2),
             "query_ratio": round(mq["cold_ms"] / q["cold_ms"], 2),
+            "pages": pages,
             "clients": args.clients,
             "points_per_client": steps * len(KEYS),
             "series_points": series_n,
-            "mlflow_retries": m.get("retries", 0),
+            "mlflow_retries": sum(r.get("retries", 0) for rs in results.values() for r in rs),
             "quick": args.quick,
             "load_avg_1m": round(os.getloadavg()[0], 1),  # the machine is shared: context for the timings
-            "targets_met": ours_rate / mlf_rate >= 20 and q["cold_ms"] < 100,
+            "targets_met": rate["ours"] / rate["mlflow"] >= 20 and q["cold_ms"] < 100,
         }
+    except NotStored as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        sys.exit(1)
     finally:
         for p in procs:  # each server runs in its own session: stop it with its workers
             with contextlib.suppress(ProcessLookupError):
