@@ -4,6 +4,13 @@ Why our own loader (and not Hydra/OmegaConf): the whole job is ~100 lines on top
 and we want one error format everywhere: the field path, the value given and what is allowed,
 with the nearest valid name suggested for a typo. A recipe may inherit another with
 `base: other.yaml` (resolved relative to the recipe), which is how dense twins are written.
+
+What `base:` does, key by key (`merge_onto_base`): a config *section* (a pydantic model such as
+`train` or `model.moe`) and a mapping of sections (`data.filter.chains`) merge, so the recipe
+states only the fields it changes; every other value replaces the base's value whole: scalars,
+lists (`data.inputs`, `mixture.documents`) and mappings of plain values (`mixture.rates`,
+`cluster.train_resources`). A recipe's own mixture therefore never inherits the base's sources.
+`moelab config show --resolved` prints the result.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 from shared.config.experiment import ExperimentConfig
 
@@ -31,6 +38,14 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     for item in overrides:
         _apply_override(raw, item)
     return validate(raw, source=str(path) if path else "defaults")
+
+
+def merged_recipe(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """What a recipe, its `base:` chain and `overrides` set, before defaults (`config show --recipe`)."""
+    raw = _read_recipe(Path(path))
+    for item in overrides:
+        _apply_override(raw, item)
+    return raw
 
 
 def validate(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
@@ -73,17 +88,65 @@ def _read_recipe(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if base is None:
         return data
     parent = _read_recipe(path.parent / str(base), (*seen, resolved))
-    return _deep_merge(parent, data)
+    return merge_onto_base(parent, data)
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge_onto_base(base: dict[str, Any], over: dict[str, Any], loc: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A recipe (`over`) onto its `base:`: sections merge, every other value replaces (module docstring)."""
     merged = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+        here = (*loc, str(key))
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and merges(here):
+            merged[key] = merge_onto_base(merged[key], value, here)
         else:
             merged[key] = value
     return merged
+
+
+def merges(loc: tuple[str, ...]) -> bool:
+    """Whether the value at `loc` is a section (or a mapping of sections), which `base:` merges.
+    An unknown path merges, so validation still names a misspelt key inside it."""
+    kind: Any = ExperimentConfig
+    for part in loc:
+        kind = _child(kind, part)
+        if kind is None:
+            return True
+    return _is_section(kind)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X | None`, `Annotated[X, ...]` and `SerializeAsAny[X]` → X (the first model or dict found, else as is)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) is dict:
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _unwrap(arg)
+        if found is not None and (isinstance(found, type) and issubclass(found, BaseModel) or typing.get_origin(found) is dict):
+            return found
+    return annotation
+
+
+def _child(kind: Any, part: str) -> Any:
+    if isinstance(kind, type) and issubclass(kind, RootModel):
+        kind = _unwrap(kind.model_fields["root"].annotation)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        field = kind.model_fields.get(part)
+        return None if field is None else _unwrap(field.annotation)
+    if typing.get_origin(kind) is dict:
+        return _unwrap(typing.get_args(kind)[1])
+    return None
+
+
+def _is_section(kind: Any) -> bool:
+    if isinstance(kind, type) and issubclass(kind, RootModel):
+        return _is_section(_unwrap(kind.model_fields["root"].annotation))
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return True
+    if typing.get_origin(kind) is dict:
+        value = _unwrap(typing.get_args(kind)[1])
+        return isinstance(value, type) and issubclass(value, BaseModel)
+    return False
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> None:
