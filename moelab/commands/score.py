@@ -50,13 +50,23 @@ def register(app: typer.Typer) -> None:
 
     @group.command("run")
     def run(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
-            max_shards: int = typer.Option(None, help="Score at most this many pending shards, then stop.")) -> None:
-        """Score every input shard with the calibrated cascade on Ray Data (skips finished shards)."""
+            max_shards: int = typer.Option(None, help="Score at most this many pending shards, then stop."),
+            address: str = typer.Option(None, "--address", help="Score on this Ray cluster (e.g. ray://head:10001 "
+                                        "or auto) instead of a local Ray; sets cluster.address.")) -> None:
+        """Score the shards the data filter declares (or scorer.inputs) with the calibrated cascade on Ray
+        Data; skips shards whose input and scorer are unchanged, counts empty inputs."""
         from services.scorer.scoring import run_scoring
         from services.scorer.stage_support import input_paths, report_stage
 
         cfg = load_or_exit(config, overrides)
-        report = run_scoring(cfg, input_paths(cfg), max_shards=max_shards)
+        if address:
+            cfg.cluster.address = address
+        try:
+            paths = input_paths(cfg)
+        except FileNotFoundError as exc:
+            typer.secho(str(exc), fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2) from None
+        report = run_scoring(cfg, paths, max_shards=max_shards)
         report_stage(cfg, "run", report)
         _print(report)
 

@@ -102,7 +102,7 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
     t0 = time.perf_counter()
     if pending:
         if not ray.is_initialized():
-            ray.init(configure_logging=False, log_to_driver=False)
+            ray.init(address=cfg.cluster.address, configure_logging=False, log_to_driver=False)
         kinds = {s.name: s.kind for s in cfg.data.inputs}
         ds = ray.data.read_parquet(pending, include_paths=True, num_cpus=scfg.scoring.read_cpus)
         # Ray 2.60's Parquet reader packs small shards into one block, and the actor pool hands out
