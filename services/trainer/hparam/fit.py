@@ -36,6 +36,7 @@ class ParabolaOptimum:
     points_used: int  # grid points in the fit
     ln_lr_se: float | None = None  # standard error of ln(lr) over seeds (bootstrap), when ≥ 2 seeds
     seeds: int = 1
+    bootstrap_rounds: int = 0  # resamples behind ln_lr_se (every one fitted)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -74,7 +75,13 @@ def bootstrap_optimum(lrs: Sequence[float], losses_by_seed: Sequence[Sequence[fl
                       neighbours: int = 1, seed: int = 0) -> ParabolaOptimum:
     """The parabola optimum of the per-LR mean over seeds, with the standard error of ln(lr*) from
     resampling the seeds (with replacement, independently per LR). `losses_by_seed[i][j]` is seed
-    j's loss at lrs[i]; a non-finite loss (diverged) makes that LR's mean non-finite."""
+    j's loss at lrs[i]; a non-finite loss (diverged) makes that LR's mean non-finite.
+
+    Every resample is fitted, or the call fails: dropping the rounds that could not be fitted would
+    compute the spread over the stable draws only and understate it. A resample draws only seeds
+    the table has, so each LR whose seeds are all finite stays finite in it, and the three such LRs
+    the centre fit needed are there in every round; a round that still fails is an error worth
+    seeing, raised with the round it happened in."""
     table = np.asarray(losses_by_seed, dtype=float)
     if table.ndim != 2 or table.shape[0] != len(lrs):
         raise ValueError("losses_by_seed needs one row of per-seed losses per learning rate")
@@ -84,15 +91,17 @@ def bootstrap_optimum(lrs: Sequence[float], losses_by_seed: Sequence[Sequence[fl
         return center
     rng = np.random.default_rng(seed)
     vertices = []
-    for _ in range(rounds):
+    for r in range(rounds):
         pick = rng.integers(0, n_seeds, size=table.shape)
         sample = np.take_along_axis(table, pick, axis=1).mean(axis=1)
         try:
             vertices.append(math.log(parabola_optimum(lrs, sample, neighbours).lr))
-        except ValueError:
-            continue
+        except ValueError as exc:
+            raise ValueError(f"bootstrap resample {r + 1} of {rounds} could not be fitted ({exc}); its per-LR means "
+                             f"were {sample.tolist()}") from exc
     se = float(np.std(vertices, ddof=1)) if len(vertices) > 1 else None
-    return ParabolaOptimum(center.lr, center.loss, center.best_grid_lr, center.bracketed, center.points_used, se, n_seeds)
+    return ParabolaOptimum(center.lr, center.loss, center.best_grid_lr, center.bracketed, center.points_used, se, n_seeds,
+                           len(vertices))
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,35 @@ def test_bootstrap_over_seeds_gives_the_optimum_of_the_mean_and_its_spread():
     assert bootstrap_optimum(lrs, [row[:1] for row in table]).ln_lr_se is None  # one seed: no spread
 
 
+def test_bootstrap_fits_every_resample_even_with_a_diverged_seed():
+    from services.trainer.hparam.fit import bootstrap_optimum
+
+    lrs = [0.01 * 2**k for k in range(6)]
+    table = [[3.0 + 0.2 * math.log(lr / 0.04) ** 2 + 0.01 * j for j in range(3)] for lr in lrs]
+    for row in table[3:]:
+        row[0] = float("nan")  # seed 0 diverged at the three largest LRs
+    opt = bootstrap_optimum(lrs, table, rounds=50)
+    assert opt.bootstrap_rounds == 50 and opt.ln_lr_se is not None
+
+
+def test_bootstrap_raises_on_a_resample_it_cannot_fit_instead_of_dropping_it(monkeypatch):
+    from services.trainer.hparam import fit
+
+    lrs = [0.01 * 2**k for k in range(5)]
+    table = [[3.0 + 0.2 * math.log(lr / 0.04) ** 2 + 0.01 * j for j in range(3)] for lr in lrs]
+    real, calls = fit.parabola_optimum, []
+
+    def fails_on_the_third_resample(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # the centre fit, then resamples 1, 2, 3
+            raise ValueError("planted failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fit, "parabola_optimum", fails_on_the_third_resample)
+    with pytest.raises(ValueError, match="bootstrap resample 3 of 20 could not be fitted"):
+        fit.bootstrap_optimum(lrs, table, rounds=20)
+
+
 def test_weighted_law_trusts_precise_optima_more():
     tokens = [1e4, 2e4, 4e4, 8e4]
     lrs = [math.exp(-0.5 * math.log(t)) for t in tokens]
