@@ -298,29 +298,58 @@ def peak_file() -> Path:
     return Path(os.environ.get("MOELAB_HOME", Path.home() / ".cache" / "moelab")) / "peak.json"
 
 
+def peak_key(device: torch.device | str) -> str:
+    """What a stored peak belongs to: this machine (CPU model, flags, ISA variables, torch; see
+    `gemm_autotune.machine_key`), the device and, on CPU, the thread count that measured it.
+
+    Why so narrow: a peak file under a home folder shared by several machines, or one written by a
+    process running on fewer threads, would otherwise be read as this process's peak, and MFU would
+    move by 10-100x between runs of the same model with no word said."""
+    from shared.kernels.gemm_autotune import machine_key
+
+    device = torch.device(device)
+    if device.type == "cpu":
+        return f"cpu@{machine_key()}/threads={torch.get_num_threads()}"
+    return f"cuda:{torch.cuda.get_device_name(device)}@{machine_key()}"
+
+
 def store_peak(report: DoctorReport) -> Path:
-    """Persist the measured peak FLOP/s per device kind, read later by `measured_peak_flops`."""
+    """Persist the measured peak FLOP/s of this machine's devices, read later by `measured_peak_flops`."""
     peaks: dict[str, float] = {}
     if report.cpu_fp32_gflops:
-        peaks["cpu"] = report.cpu_fp32_gflops * 1e9
+        peaks[peak_key("cpu")] = report.cpu_fp32_gflops * 1e9
     for gpu in report.gpus:
-        peaks[f"cuda:{gpu.name}"] = gpu.bf16_tflops * 1e12
+        peaks[peak_key(torch.device("cuda", gpu.index))] = gpu.bf16_tflops * 1e12
     return _store_peaks(peaks)
 
 
 def _store_peaks(peaks: dict[str, float]) -> Path:
+    """Merge `peaks` into the file under an exclusive lock (two processes storing at once both land)."""
+    import fcntl
+
+    from shared.data.atomic import atomic_write_json
+
     path = peak_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    existing = json.loads(path.read_text()) if path.exists() else {}
-    existing.update(peaks)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(existing, indent=2))
-    os.replace(tmp, path)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        existing = _read_peaks(path)
+        existing.update(peaks)
+        atomic_write_json(path, existing)
     return path
 
 
+def _read_peaks(path: Path) -> dict[str, float]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def measured_peak_flops(device: torch.device | str, measure_missing: bool = False) -> float | None:
-    """The peak stored by `moelab doctor` for this device kind, else the GPU's spec, else None.
+    """The peak stored by `moelab doctor` for this device on this machine (`peak_key`), else the
+    GPU's spec, else None.
 
     With `measure_missing` a CPU without a stored peak is measured now (about a second) and the
     result stored, so a first run on a new machine reports MFU. Only for a process that has the
@@ -328,18 +357,16 @@ def measured_peak_flops(device: torch.device | str, measure_missing: bool = Fals
     overstate MFU.
     """
     device = torch.device(device)
-    key = "cpu" if device.type == "cpu" else f"cuda:{torch.cuda.get_device_name(device)}"
-    path = peak_file()
-    if path.exists():
-        value = json.loads(path.read_text()).get(key)
-        if value:
-            return float(value)
+    key = peak_key(device)
+    value = _read_peaks(peak_file()).get(key)
+    if value:
+        return float(value)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         return next((t * 1e12 for k, t, _ in GPU_SPECS if k in name), None)
     if measure_missing:
         peak = measure_cpu_fp32_gflops() * 1e9
-        _store_peaks({"cpu": peak})
+        _store_peaks({key: peak})
         return peak
     return None
 

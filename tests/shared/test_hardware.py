@@ -115,4 +115,28 @@ def test_a_cpu_without_a_stored_peak_is_measured_once_when_asked(monkeypatch):
     assert hardware.measured_peak_flops("cpu") is None and not calls  # not asked: nothing measured
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
-    assert len(calls) == 1 and json.loads(hardware.peak_file().read_text())["cpu"] == pytest.approx(123e9)
+    assert len(calls) == 1 and json.loads(hardware.peak_file().read_text())[hardware.peak_key("cpu")] == pytest.approx(123e9)
+
+
+def test_a_peak_of_another_machine_or_thread_count_is_never_used(monkeypatch):
+    """The file may be shared (one home folder, several machines or thread counts): only this
+    machine's and this thread count's own entry counts, and concurrent stores all land."""
+    import threading
+
+    monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 50.0)
+    hardware.peak_file().write_text(json.dumps({"cpu": 1e15, "cpu@othermachine/threads=1": 1e15}))
+    assert hardware.measured_peak_flops("cpu") is None  # the old unkeyed entry and another machine's: not ours
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = hardware.measured_peak_flops("cpu", measure_missing=True)
+        assert one == pytest.approx(50e9) and hardware.peak_key("cpu").endswith("/threads=1")
+    finally:
+        torch.set_num_threads(threads)
+    stores = [threading.Thread(target=hardware._store_peaks, args=({f"k{i}": float(i + 1)},)) for i in range(8)]
+    for t in stores:
+        t.start()
+    for t in stores:
+        t.join()
+    stored = json.loads(hardware.peak_file().read_text())
+    assert all(stored[f"k{i}"] == i + 1 for i in range(8)) and stored["cpu@othermachine/threads=1"] == 1e15
