@@ -39,7 +39,7 @@ def default_metrics(cfg: ExperimentConfig) -> Metrics | None:
     from cluster.ablation.suite import SuiteMetrics, check_available
 
     check_available()
-    return SuiteMetrics(a.reference_sets, a.tasks_path, a.eval_max_seconds)
+    return SuiteMetrics(a)
 
 
 def _figures(report: dict[str, Any]) -> dict[str, float]:

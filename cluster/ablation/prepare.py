@@ -114,6 +114,22 @@ def check_budget(arm: str, manifest: dict, rates: dict[str, float], budget: int,
                               f"fewer than its rate's share of the budget ({want:,.0f} at max_epochs={max_epochs})")
 
 
+def reference_keys(names: list[str] | None) -> set[bytes]:
+    """Text keys of the evaluation suite's reference sets; an unknown or empty set is refused here,
+    before training, not when the first trained model is measured."""
+    from cluster.ablation.documents import text_key
+    from shared.eval.reference_sets import ReferenceSetError, load_reference_sets
+
+    try:
+        sets = load_reference_sets(names)
+    except ReferenceSetError as exc:
+        raise RecipeError(f"ablation.reference_sets: {exc}") from None
+    empty = sorted(name for name, texts in sets.items() if not texts)
+    if empty:
+        raise RecipeError(f"ablation.reference_sets: {empty} hold no text; bits per byte needs at least one")
+    return {text_key(t) for texts in sets.values() for t in texts}
+
+
 def prepare(cfg: ExperimentConfig, log=print) -> tuple[list[ArmPlan], dict[str, Any]]:
     """Build and check every arm's data; returns the arm plans and a report of what was built."""
 
@@ -122,6 +138,8 @@ def prepare(cfg: ExperimentConfig, log=print) -> tuple[list[ArmPlan], dict[str, 
     held_out_file = out / "held_out" / "documents.parquet"
     eval_files = expand(a.eval_documents, "ablation.eval_documents")
     held_out, held_counts = held_out_keys(eval_files, held_out_file)
+    if a.suite:  # the suite's reference texts are measured on, so no arm may train on them either
+        held_out |= reference_keys(a.reference_sets)
 
     arm_docs: dict[str, list[Path]] = {}
     arm_counts: dict[str, dict] = {}

@@ -1,8 +1,8 @@
 """The ablation's report: per arm and metric mean ± sd over seeds, each arm against the baseline as a
 paired difference with a bootstrap 95% interval, and a verdict per metric; as JSON, Markdown and PNG.
 
-A metric's direction comes from its name: losses and bits per byte (`loss`, `bpb`, `nll`,
-`perplexity` in the name) are better lower, everything else (accuracies, log-probabilities of the
+A metric's direction comes from its name: losses and bits per byte (`loss`, `bpb`, `nats`,
+`nll`, `perplexity` in the name) are better lower, everything else (accuracies, log-probabilities of the
 correct answer) better higher.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from shared.data.atomic import atomic_write_bytes
 from shared.stats import compare_paired, mean_sd, verdict_line
 
-LOWER_IS_BETTER = ("loss", "bpb", "nll", "perplexity")
+LOWER_IS_BETTER = ("loss", "bpb", "nats", "nll", "perplexity")
 
 
 def higher_is_better(metric: str) -> bool:

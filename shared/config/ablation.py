@@ -55,6 +55,8 @@ class AblationConfig(Section):
     )
     tasks_path: str | None = Field(None, description="Offline task folder for the evaluation suite; None: its default.")
     suite: bool = Field(True, description="Also run the evaluation suite (BPB per reference set, tasks) on each model.")
+    reference_texts: int | None = Field(None, ge=1, description="Score only the first N texts of each reference set.")
+    task_items: int | None = Field(None, ge=1, description="Score only the first N items of each task.")
     eval_max_seconds: float | None = Field(None, gt=0, description="Time bound for one model's evaluation suite.")
     tokenizer_path: str | None = Field(
         None, description="tokenizer.json shared by every arm; None trains one on an equal sample of every arm.",
