@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from shared.kernels.cpu_gemm import Linear
+from shared.model.attention.cache import LayerCache, causal_mask, rope_at
 from shared.model.attention.registry import register_attention
 from shared.model.rope import RotaryEmbedding
 
@@ -56,6 +57,20 @@ class GroupedQueryAttention(nn.Module):
         q, k, v = self.project_qkv(x_BTD)
         o_BHTd = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.wo(o_BHTd.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+    def forward_cached(self, x_BtD: Tensor, cache: LayerCache) -> Tensor:
+        """Attention of t new tokens to the cached ones and to each other; appends their keys/values."""
+        B, t, _ = x_BtD.shape
+        start = cache.length
+        q = self.wq(x_BtD).view(B, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x_BtD).view(B, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x_BtD).view(B, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        k_BKSd = cache.append("k", rope_at(self.rope, k, start), seq_dim=2)
+        v_BKSd = cache.append("v", v, seq_dim=2)
+        o_BHtd = F.scaled_dot_product_attention(rope_at(self.rope, q, start), k_BKSd, v_BKSd,
+                                                attn_mask=causal_mask(t, start, x_BtD.device),
+                                                enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.wo(o_BHtd.transpose(1, 2).reshape(B, t, self.n_heads * self.head_dim))
 
     def kv_cache_bytes_per_token(self, bytes_per_value: int = 2) -> int:
         return kv_cache_bytes_per_token_gqa(self.n_kv_heads, self.head_dim, bytes_per_value)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from shared.kernels.causal_attention import blocked_applies, causal_attention
 from shared.kernels.cpu_gemm import Linear
+from shared.model.attention.cache import LayerCache, causal_mask, rope_at
 from shared.model.attention.mla_heads import mla_heads
 from shared.model.attention.registry import register_attention
 from shared.model.norm import RMSNorm
@@ -113,6 +114,25 @@ class MultiHeadLatentAttention(nn.Module):
         o_lat_BHTR = torch.einsum("bhts,bsr->bhtr", probs, c_kv)
         o_BHTv = torch.einsum("bhtr,hvr->bhtv", o_lat_BHTR, w_uv_HVR)
         return self.wo(o_BHTv.transpose(1, 2).reshape(B, T, self.n_heads * self.v_dim))
+
+    def forward_cached(self, x_BtD: Tensor, cache: LayerCache) -> Tensor:
+        """`forward_absorbed` for t new tokens over a cache of the latent `c_kv` and the rotated shared
+        RoPE key, the only per-token state MLA needs; appends the new tokens' latents."""
+        B, t, _ = x_BtD.shape
+        start = cache.length
+        q_nope, q_rope = self.query_projection(x_BtD).transpose(1, 2).split([self.nope, self.rope_dim], dim=-1)
+        c_kv_new, k_rope_new = self.latent_projection(x_BtD)
+        c_kv_BSR = cache.append("c_kv", c_kv_new, seq_dim=1)
+        k_rope_B1Sr = cache.append("k_rope", rope_at(self.rope, k_rope_new.unsqueeze(1), start), seq_dim=2)
+        w = self.wkv_b.weight.view(self.n_heads, self.nope + self.v_dim, self.kv_lora_rank)
+        w_uk_HNR, w_uv_HVR = w.split([self.nope, self.v_dim], dim=1)
+        q_lat_BHtR = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk_HNR)
+        scores = torch.einsum("bhtr,bsr->bhts", q_lat_BHtR, c_kv_BSR)
+        scores = scores + rope_at(self.rope, q_rope, start) @ k_rope_B1Sr.transpose(-1, -2)
+        mask = causal_mask(t, start, x_BtD.device)
+        probs = (scores * self.softmax_scale).masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        o_BHtv = torch.einsum("bhtr,hvr->bhtv", torch.einsum("bhts,bsr->bhtr", probs, c_kv_BSR), w_uv_HVR)
+        return self.wo(o_BHtv.transpose(1, 2).reshape(B, t, self.n_heads * self.v_dim))
 
     def kv_cache_bytes_per_token(self, bytes_per_value: int = 2) -> int:
         return kv_cache_bytes_per_token_mla(self.kv_lora_rank, self.rope_dim, bytes_per_value)
