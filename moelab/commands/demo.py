@@ -212,6 +212,38 @@ def print_summary(summary: dict, tracker_url: str) -> None:
     typer.secho(f"dashboard: {tracker_url}/", bold=True)
 
 
+# The demo's own ablation: the smallest that gives an interval (raw vs curated, 2 seeds, 40 steps,
+# a bounded slice of the evaluation suite), so the whole demo stays near 15 minutes on 2 cores;
+# `moelab ablate configs/demo-ablation.yaml` runs the full one (three arms, three seeds, 100 steps).
+DEMO_ABLATION = ["ablation.arms=[{name: raw, documents: ['data/demo/*.jsonl.gz']}, "
+                 "{name: curated, documents: ['runs/pipeline/demo/kept/train/*.parquet']}]",
+                 "ablation.seeds=2", "train.steps=40", "ablation.reference_texts=16", "ablation.task_items=32",
+                 "ablation.out_dir=runs/ablation/demo-small"]
+
+
+def run_demo_ablation(root: Path, runs: Path, tracker_url: str, env: dict[str, str]) -> None:
+    """Submit the demo's small ablation as a second Ray job and print its verdict lines, whatever they say."""
+    cmd = [_bin("ray"), "job", "submit", "--address", DEMO_HEAD.dashboard, "--working-dir", str(root),
+           "--runtime-env-json", json.dumps({"env_vars": env}), "--", sys.executable, "-m", "cluster.ablation",
+           "configs/demo-ablation.yaml", *DEMO_ABLATION, f"tracker.url={tracker_url}", "tracker.mode=online",
+           f"tracker.spool_dir={runs / 'spool'}"]
+    typer.echo("submitting the data ablation: python -m cluster.ablation configs/demo-ablation.yaml (raw vs curated)")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**ray_env(), "RAY_ADDRESS": DEMO_HEAD.dashboard})
+    last = None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        if line.startswith("{") and '"verdicts"' in line:
+            last = json.loads(line)
+    if proc.wait() != 0 or last is None:
+        typer.secho("the ablation job failed (see the log above)", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=1)
+    typer.secho("\n== data ablation (raw vs curated, 2 seeds)", bold=True)
+    for line in last["verdicts"]:
+        typer.echo(f"verdict: {line}")
+    typer.echo(f"report: {last['files']['markdown']}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
@@ -219,6 +251,8 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(8000, "--port", help="Tracker port."),
         cpus: int = typer.Option(2, "--cpus", help="CPUs for the local Ray head."),
         stop: bool = typer.Option(False, "--stop", help="Stop the Ray head and tracker this demo started (nothing else)."),
+        ablation: bool = typer.Option(True, "--ablation/--no-ablation",
+                                      help="End with the small raw-vs-curated data ablation and its verdict."),
     ) -> None:
         """Run the whole data-to-model pipeline on the demo corpus as a `ray job submit`."""
         root = Path.cwd()
@@ -245,3 +279,5 @@ def register(app: typer.Typer) -> None:
             typer.secho("the pipeline job failed (see the log above)", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=1)
         print_summary(json.loads(last_json), tracker_url)
+        if ablation:
+            run_demo_ablation(root, runs, tracker_url, env)

@@ -40,3 +40,21 @@ def test_a_valid_section_loads_with_its_defaults():
 def test_a_section_that_cannot_work_is_refused_naming_the_problem(overrides, message):
     with pytest.raises(ConfigError, match=message):
         _load(*overrides)
+
+
+def test_the_demo_ablation_recipes_load_full_and_small():
+    from moelab.commands.demo import DEMO_ABLATION
+
+    recipe = Path(__file__).parents[2] / "configs" / "demo-ablation.yaml"
+    full = load_config(recipe)
+    assert [a.name for a in full.ablation.arms] == ["raw", "filters", "curated"] and full.ablation.seeds == 3
+    assert full.ablation.arms[1].filter == {"dedup": {"enabled": False}}
+    small = load_config(recipe, DEMO_ABLATION)
+    assert [a.name for a in small.ablation.arms] == ["raw", "curated"] and small.ablation.seeds == 2
+
+
+def test_the_job_entrypoint_refuses_a_bad_config_with_exit_2(tmp_path, capsys):
+    from cluster.ablation.__main__ import main
+
+    assert main([str(TINY), "ablation.seeds=1"]) == 2
+    assert "ablation" in capsys.readouterr().err
