@@ -15,6 +15,8 @@ from services.tracker.validation import parse_batch
 from shared.tracking.schema import KEY_RE, MAX_STEP, Batch
 
 Step = Annotated[int | None, Query(ge=0, le=MAX_STEP)]
+# what one compare request may read: a chart page's 64 keys x 8 runs x 2,000 points, and no more
+MAX_COMPARE_POINTS = 1_024_000
 
 
 def data_router(store: Store, access: Access) -> APIRouter:
@@ -54,16 +56,24 @@ def data_router(store: Store, access: Access) -> APIRouter:
     ) -> JSONResponse:
         return JSONResponse(found(store.histograms, run_id, key, max_steps))
 
-    @r.get("/api/runs/{run_id}/events", dependencies=read, tags=["query"])
-    def events(run_id: str, kind: str | None = None, limit: Annotated[int, Query(ge=1, le=10000)] = 1000) -> list:
-        return store.events(run_id, kind, limit)
+    @r.get("/api/runs/{run_id}/events", dependencies=read, tags=["query"],
+           summary="A page of the run's events in time order; the X-Total-Count header says how many match")
+    def events(
+        run_id: str,
+        kind: str | None = None,
+        exclude: Annotated[list[str] | None, Query(description="Kinds to leave out")] = None,
+        limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> JSONResponse:
+        page = found(store.events, run_id, kind, limit, offset, exclude)
+        return JSONResponse(page["events"], headers={"X-Total-Count": str(page["total"])})
 
     @r.get("/api/runs/{run_id}/artifacts", dependencies=read, tags=["query"])
     def artifacts(run_id: str) -> list:
-        return store.artifacts(run_id)
+        return found(store.artifacts, run_id)
 
     @r.get("/api/compare", dependencies=read, tags=["query"],
-           summary="The same keys of several runs, downsampled (up to 64 keys a call: the page asks in chunks)")
+           summary="The same keys of several runs, downsampled (runs x keys x points <= MAX_COMPARE_POINTS)")
     def compare(
         runs: Annotated[list[str], Query(min_length=1, max_length=32)],
         key: Annotated[list[str], Query(min_length=1, max_length=64)],
@@ -71,10 +81,16 @@ def data_router(store: Store, access: Access) -> APIRouter:
         start: Step = None,
         end: Step = None,
     ) -> JSONResponse:
+        runs, keys = list(dict.fromkeys(runs)), list(dict.fromkeys(key))  # a repeated run or key is read once
+        asked = len(runs) * len(keys) * points
+        if asked > MAX_COMPARE_POINTS:
+            raise HTTPException(422, f"this asks for up to {asked:,} points ({len(runs)} runs x {len(keys)} keys x "
+                                     f"{points:,} points); the limit is {MAX_COMPARE_POINTS:,}: ask for fewer keys "
+                                     "per request or fewer points")
         out: dict = {"runs": [], "series": {}}
         for run_id in runs:
             out["runs"].append(found(store.get_run, run_id))
-            for k in key:
+            for k in keys:
                 try:
                     out["series"].setdefault(k, {})[run_id] = store.series(run_id, k, points, start, end)
                 except NotFound:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from services.tracker.security import Access
-from services.tracker.store import NotFound, Store
+from services.tracker.store import Conflict, NotFound, Store
 from services.tracker.validation import parse_body
 from shared.tracking.schema import RunCreate, RunFinish
 
@@ -30,7 +30,10 @@ def runs_router(store: Store, access: Access) -> APIRouter:
             openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunCreate.model_json_schema()}}}})
     async def create_run(request: Request) -> JSONResponse:
         body = parse_body(RunCreate, await request.body())
-        run, resumed = store.create_or_resume(body)
+        try:
+            run, resumed = store.create_or_resume(body)
+        except Conflict as exc:
+            raise HTTPException(409, str(exc)) from None
         return JSONResponse({**run, "resumed": resumed}, status_code=200 if resumed else 201)
 
     @r.post("/api/runs/{run_id}/finish", dependencies=write, tags=["runs"], openapi_extra=BODY)

@@ -6,11 +6,14 @@ import functools
 import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from shared.config.tracker import TrackerConfig
 from shared.tracking.run import Run
@@ -61,6 +64,8 @@ def init(
 
     Raises ValueError at once when the tracker would refuse the run (a project, name or tag outside
     its rules, a config JSON cannot carry such as a NaN), so no run is silently missing later."""
+    given = {"project": project is not None, "name": name is not None or getattr(config, "name", None) is not None,
+             "config": config is not None, "tags": tags is not None, "parent": parent is not None}
     tcfg = getattr(config, "tracker", None)
     tcfg = tcfg if isinstance(tcfg, TrackerConfig) else TrackerConfig()
     cfg_dict = config.model_dump(mode="json") if hasattr(config, "model_dump") else dict(config or {})
@@ -83,6 +88,13 @@ def init(
     }
     if mode != "disabled":
         check(RunCreate, body, f"run {name!r}")
+    first_step = 0
+    if id is not None:
+        # a resume sends only what the caller gave, so the server keeps the rest as it was
+        body = {k: v for k, v in body.items() if given.get(k, True)}
+        if mode == "online":
+            first_step = resume_step(url or tcfg.url, resolve_token(token, tcfg.token_env, tcfg.token_file), id,
+                                     body.get("project"))
     return Run(
         run_id=run_id,
         project=project,
@@ -96,4 +108,31 @@ def init(
         max_batch_points=max_batch_points,
         heartbeat_s=tcfg.heartbeat_s if heartbeat_s is None else heartbeat_s,
         init_body=body,
+        first_step=first_step,
     )
+
+
+def resume_step(url: str, token: str | None, run_id: str, project: str | None) -> int:
+    """The step after the highest one the server holds for `run_id` (0 for a new id), so a resumed
+    run's `log` without explicit steps continues instead of restarting at 0. Raises ValueError when
+    the run exists under another project; an unreachable server gives 0 with a warning."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=5.0) as c:
+            run = c.get(f"/api/runs/{run_id}")
+            if run.status_code == 404:
+                return 0
+            run.raise_for_status()
+            if project is not None and run.json().get("project") != project:
+                raise ValueError(f"run {run_id} belongs to project {run.json().get('project')!r}, not {project!r}; "
+                                 "resume it without a project or under its own")
+            keys = c.get(f"/api/runs/{run_id}/keys")
+            keys.raise_for_status()
+    except httpx.HTTPError as exc:
+        print(f"tracking: could not read run {run_id}'s last step from {base} ({exc}); steps logged without an "
+              "explicit step start at 0 — pass step= to log() to continue the run's numbering", file=sys.stderr)
+        return 0
+    data = keys.json()
+    last = [k["last_step"] for k in data.get("scalars", []) + data.get("histograms", []) if k.get("last_step") is not None]
+    return max(last) + 1 if last else 0

@@ -71,13 +71,14 @@ class Run:
         init_body: dict[str, Any],
         heartbeat_s: float = 10.0,
         max_batch_bytes: int = 8 << 20,
+        first_step: int = 0,
     ):
         self.id, self.project, self.name, self.mode, self.url = run_id, project, name, mode, url
         self._disabled = mode == "disabled"
         self._lock = threading.Condition()
         self._buffer = Buffer()
         self._keys_ok: set[str] = set()
-        self._auto_step = 0
+        self._auto_step = first_step  # a resumed run continues after the server's highest step
         self._finished = False
         self._delivery: Delivery | None = None
         self.points_logged = 0

@@ -29,6 +29,12 @@ function el(tag, attrs, ...children) {
 class LoginNeeded extends Error {}
 
 async function api(path, params) {
+  return (await apiPage(path, params)).items;
+}
+
+// A list endpoint's answer with the X-Total-Count the server sends (null when it sends none), so a
+// page can say how much of a list it holds and ask for the rest.
+async function apiPage(path, params) {
   const url = new URL(path, location.origin);
   for (const [k, v] of Object.entries(params || {})) {
     if (Array.isArray(v)) v.forEach((x) => url.searchParams.append(k, x));
@@ -37,7 +43,8 @@ async function api(path, params) {
   const resp = await fetch(url, { credentials: "same-origin" });
   if (resp.status === 401) { showLogin(); throw new LoginNeeded("log in to read this tracker"); }
   if (!resp.ok) throw new Error(`${resp.status} ${await resp.text()}`);
-  return resp.json();
+  const total = resp.headers.get("X-Total-Count");
+  return { items: await resp.json(), total: total === null ? null : +total };
 }
 
 // The login form: the token goes to POST /api/session once and is never kept by the page.

@@ -2,9 +2,24 @@
 // are drawn as one mean line with a min–max band instead of one line each.
 "use strict";
 
+// A dotted config path as the server writes it (a dot or backslash inside one key is escaped with
+// a backslash) -> its keys: "lr_x0\\.1" is the one key "lr_x0.1", "model.top_k" is two keys.
+function configPath(dotted) {
+  const parts = [];
+  let cur = "";
+  for (let i = 0; i < dotted.length; i++) {
+    const c = dotted[i];
+    if (c === "\\" && i + 1 < dotted.length) { cur += dotted[++i]; continue; }
+    if (c === ".") { parts.push(cur); cur = ""; continue; }
+    cur += c;
+  }
+  parts.push(cur);
+  return parts;
+}
+
 function configValue(config, dotted) {
   let v = config;
-  for (const part of dotted.split(".")) {
+  for (const part of configPath(dotted)) {
     if (v === null || typeof v !== "object" || !(part in v)) return undefined;
     v = v[part];
   }

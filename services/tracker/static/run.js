@@ -4,10 +4,13 @@
 // artifacts.
 "use strict";
 
+const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand beyond it
+
 (async function main() {
   const root = document.getElementById("main");
   const runId = decodeURIComponent(location.pathname.split("/").pop());
-  const state = { run: null, events: [], xAxis: "step", smoothing: 0, live: true };
+  const state = { run: null, events: [], plain: [], eventTotal: 0, funnelEvents: [], calibrationEvents: [],
+    xAxis: "step", smoothing: 0, live: true };
   const enc = encodeURIComponent(runId);
 
   const title = el("h1", { id: "run-name" });
@@ -28,6 +31,7 @@
     other: el("div", { class: "grid", id: "charts-other" }),
   };
   const box = (id) => el("div", { class: "grid", id });
+  const eventsNote = el("div", { class: "note", id: "events-note" });
   const parts = { stages: el("div", { id: "stage-list" }), summary: el("div", { id: "summary" }), heatmaps: box("heatmaps"),
     funnels: box("funnels"), calibration: box("calibration"), events: el("table", { id: "events" }),
     config: el("pre", { id: "config" }), artifacts: el("table", { id: "artifacts" }) };
@@ -44,7 +48,7 @@
     h2("other", "Other metrics"), sections.other,
     h2("funnels", "Data funnels"), parts.funnels,
     h2("calibration", "Scorer calibration (reliability diagrams)"), parts.calibration,
-    h2("events", "Events"), parts.events,
+    h2("events", "Events"), eventsNote, parts.events,
     h2("config", "Config"), parts.config,
     h2("artifacts", "Artifacts"), parts.artifacts);
   const show = (id, on) => { headings[id].hidden = !on; (parts[id] || sections[id]).hidden = !on; };
@@ -108,14 +112,51 @@
     show("heatmaps", hists.length > 0);
   }
 
+  // Plain events come in pages of EVENT_PAGE, oldest first; the table says how many of the run's
+  // events it holds and fetches the next page on demand. Funnels and calibrations are read on
+  // their own, so a flood of other events never pushes them out.
+  async function loadEvents(reset) {
+    if (reset) { state.plain = []; state.eventTotal = 0; }
+    const page = await apiPage(`/api/runs/${enc}/events`,
+      { exclude: ["funnel", "calibration"], limit: EVENT_PAGE, offset: state.plain.length });
+    state.plain.push(...page.items);
+    state.eventTotal = page.total ?? state.plain.length;
+  }
+
+  async function loadAll(kind) {
+    const out = [];
+    for (;;) {
+      const page = await apiPage(`/api/runs/${enc}/events`, { kind, limit: 10000, offset: out.length });
+      out.push(...page.items);
+      if (!page.items.length || out.length >= (page.total ?? out.length)) return out;
+    }
+  }
+
   function renderEvents() {
-    const plain = state.events.filter((e) => e.kind !== "funnel" && e.kind !== "calibration");
+    const plain = state.plain;
     const head = el("tr", {}, ...["time", "step", "kind", "message", "data"].map((h) => el("th", { text: h })));
-    parts.events.replaceChildren(head, ...plain.slice(-500).reverse().map((e) =>
+    parts.events.replaceChildren(head, ...plain.slice().reverse().map((e) =>
       el("tr", { class: BAD_EVENTS.has(e.kind) ? "event-bad" : "" },
         el("td", { text: fmtTime(e.wall) }), el("td", { text: e.step ?? "" }), el("td", { text: e.kind }),
-        el("td", { text: e.message }), el("td", { text: Object.keys(e.data).length ? JSON.stringify(e.data) : "" }))));
+        el("td", { class: "event-message", text: e.message }),
+        el("td", { class: "event-data", text: Object.keys(e.data).length ? JSON.stringify(e.data) : "" }))));
+    const missing = state.eventTotal - plain.length;
+    eventsNote.replaceChildren(el("span", { id: "events-count", text: missing > 0
+      ? `showing the first ${plain.length.toLocaleString()} of ${state.eventTotal.toLocaleString()} events (newest first); ${missing.toLocaleString()} not loaded`
+      : `all ${plain.length.toLocaleString()} events` }));
+    if (missing > 0) {
+      const more = el("button", { id: "events-more", type: "button", text: `Load ${Math.min(missing, EVENT_PAGE).toLocaleString()} more` });
+      more.addEventListener("click", async () => {
+        more.disabled = true;
+        await loadEvents(false);
+        state.events = state.plain.concat(state.funnelEvents, state.calibrationEvents);
+        renderEvents();
+        charts.redrawAll();
+      });
+      eventsNote.appendChild(more);
+    }
     show("events", plain.length > 0);
+    eventsNote.hidden = plain.length === 0;
     const latest = (kind) => {
       const byName = new Map();
       state.events.filter((e) => e.kind === kind).forEach((e) => byName.set(e.data.name || kind, e));
@@ -151,9 +192,11 @@
       ...r.tags.map((t) => el("a", { class: "tag", href: "/?tag=" + encodeURIComponent(t), text: t })),
     ].filter(Boolean));
     if (first) { await renderLineage(r); parts.config.textContent = JSON.stringify(r.config, null, 2); show("config", Object.keys(r.config).length > 0); }
-    const [keys, events, artifacts] = await Promise.all([
-      api(`/api/runs/${enc}/keys`), api(`/api/runs/${enc}/events`), api(`/api/runs/${enc}/artifacts`)]);
-    state.events = events;
+    const [keys, , funnelEvents, calibrationEvents, artifacts] = await Promise.all([
+      api(`/api/runs/${enc}/keys`), first ? loadEvents(true) : state.plain.length >= state.eventTotal ? loadEvents(false) : null, loadAll("funnel"), loadAll("calibration"),
+      api(`/api/runs/${enc}/artifacts`)]);
+    Object.assign(state, { funnelEvents, calibrationEvents });
+    state.events = state.plain.concat(funnelEvents, calibrationEvents);
     await renderStages(r);
     renderSummary(keys.scalars.filter(isSummary));
     const series = orderKeys(keys.scalars.filter((s) => !isSummary(s)).map((s) => s.key));
@@ -166,11 +209,26 @@
     document.body.dataset.ready = "1";
   }
 
-  xSel.addEventListener("change", () => { state.xAxis = xSel.value; charts.zoom.range = null; charts.zoomed = {}; charts.redrawAll(); });
+  // the view's settings live in the URL (?x=wall&smoothing=0.9), so a shared link shows the same view
+  function saveView() {
+    const q = new URLSearchParams(location.search);
+    state.xAxis === "step" ? q.delete("x") : q.set("x", state.xAxis);
+    state.smoothing ? q.set("smoothing", String(state.smoothing)) : q.delete("smoothing");
+    history.replaceState(null, "", location.pathname + (q.toString() ? "?" + q : ""));
+  }
+  const given = new URLSearchParams(location.search);
+  if (given.get("x") === "wall") { state.xAxis = "wall"; xSel.value = "wall"; }
+  const s0 = +given.get("smoothing");
+  if (s0 > 0 && s0 < 1) { state.smoothing = s0; smoothIn.value = String(s0); smoothOut.textContent = `smoothing ${s0}`; }
+
+  xSel.addEventListener("change", () => {
+    state.xAxis = xSel.value; charts.zoom.range = null; charts.zoomed = {}; charts.redrawAll(); saveView();
+  });
   smoothIn.addEventListener("input", () => {
     state.smoothing = +smoothIn.value;
     smoothOut.textContent = `smoothing ${state.smoothing}`;
     charts.redrawAll();
+    saveView();
   });
   liveBox.addEventListener("change", () => { state.live = liveBox.checked; });
   resetBtn.addEventListener("click", () => charts.zoom.reset());

@@ -64,13 +64,22 @@ class RunCharts {
     holder.replaceChildren();
     const keys = entry.keys.filter((k) => this.full[k]).sort((a, b) => (layerOf(a)?.layer ?? 0) - (layerOf(b)?.layer ?? 0));
     if (!keys.length) return;
+    // With smoothing, each series is drawn twice: the raw points faintly underneath and the
+    // smoothed line on top, both named, so the readout gives the raw value beside the smoothed one.
     const lines = [], gaps = [];
-    for (const k of keys) {
+    keys.forEach((k, i) => {
       const s = this.zoomed[k] || this.full[k];
       const line = seriesLine(s, st.xAxis, st.run.created);
-      lines.push({ label: entry.layered ? "layer " + layerOf(k).layer : k, xs: line.xs, ys: smooth(line.ys, st.smoothing) });
+      const label = entry.layered ? "layer " + layerOf(k).layer : k;
+      const color = T.colors[i % T.colors.length];
+      if (st.smoothing > 0) {
+        lines.push({ label: `${label} raw`, xs: line.xs, ys: line.ys, color: fade(color, 0.3), width: 1 });
+        lines.push({ label: `${label} smoothed ${st.smoothing}`, xs: line.xs, ys: smooth(line.ys, st.smoothing), color });
+      } else {
+        lines.push({ label, xs: line.xs, ys: line.ys, color });
+      }
       gaps.push(...line.gaps);
-    }
+    });
     const head = this.full[keys[0]];
     const nf = keys.reduce((a, k) => a + this.full[k].nonfinite.nan + this.full[k].nonfinite.inf + this.full[k].nonfinite["-inf"], 0);
     const shown = keys.reduce((a, k) => a + (this.zoomed[k] || this.full[k]).returned, 0);
@@ -81,7 +90,8 @@ class RunCharts {
       (this.logScale.has(id) ? " · log scale: values ≤ 0 not drawn" : "");
     lineChart(holder, {
       id, xLabel: st.xAxis === "step" ? "step" : "seconds since start", yLabel: unitOf(entry.layered ? layerOf(keys[0]).prefix : keys[0]),
-      lines, gaps, events: () => this.eventMarks(), log: this.logScale.has(id), zoom: this.zoom, legend: entry.layered,
+      lines, gaps, events: () => this.eventMarks(), log: this.logScale.has(id), zoom: this.zoom,
+      legend: entry.layered || st.smoothing > 0,
     });
   }
 

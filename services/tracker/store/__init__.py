@@ -8,7 +8,7 @@ downsampling, zoom ranges) and `queries` (histograms, events, artifacts, config 
 from __future__ import annotations
 
 from services.tracker.store.auth import SCOPES, TokenStore, hash_token, scope_allows
-from services.tracker.store.base import NotFound, flatten, run_to_dict
+from services.tracker.store.base import Conflict, NotFound, flatten, run_to_dict
 from services.tracker.store.ingest import IngestStore
 from services.tracker.store.queries import QueryStore
 from services.tracker.store.runs import RunStore
@@ -19,4 +19,4 @@ class Store(TokenStore, RunStore, IngestStore, SeriesStore, QueryStore):
     """The tracker's store at `url` (`sqlite:///runs/tracker.db` or a PostgreSQL URL)."""
 
 
-__all__ = ["SCOPES", "NotFound", "Store", "flatten", "hash_token", "run_to_dict", "scope_allows"]
+__all__ = ["SCOPES", "Conflict", "NotFound", "Store", "flatten", "hash_token", "run_to_dict", "scope_allows"]

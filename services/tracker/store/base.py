@@ -23,6 +23,10 @@ class NotFound(LookupError):
     pass
 
 
+class Conflict(ValueError):
+    """The request contradicts what the store holds (e.g. resuming a run under another project)."""
+
+
 def run_to_dict(run: Run, project: str) -> dict[str, Any]:
     return {
         "id": run.id,
@@ -41,12 +45,19 @@ def run_to_dict(run: Run, project: str) -> dict[str, Any]:
     }
 
 
+def escape_key(part: str) -> str:
+    """A config key as one part of a dotted path: `\\` and `.` escaped, so `{"lr_x0.1": 1}` and
+    `{"lr_x0": {"1": 1}}` flatten to different paths (`lr_x0\\.1` and `lr_x0.1`)."""
+    return str(part).replace("\\", "\\\\").replace(".", "\\.")
+
+
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts to dotted keys (`model.moe.top_k`), the form config overrides use."""
+    """Nested dicts to dotted keys (`model.moe.top_k`), the form config overrides use; a dot or a
+    backslash inside one key is escaped (`escape_key`) so that no two paths collide."""
     if isinstance(config, dict) and config:
         out: dict[str, Any] = {}
         for k, v in config.items():
-            out.update(flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{escape_key(k)}."))
         return out
     return {prefix[:-1]: config} if prefix else {}
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import numpy as np
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, select, update
 
 from services.tracker.chunks import chunk_row, concat, unpack
 from services.tracker.db import (
@@ -89,6 +89,7 @@ class IngestStore(StoreBase):
             if n_small >= COMPACT_AFTER:
                 to_compact.append(sid)
             bad = ~np.isfinite(values)
+            top = int(len(steps) - 1 - np.argmax(steps[::-1]))  # the last point at the batch's highest step
             updates.append({
                 "sid": sid,
                 "dn": len(steps),
@@ -97,8 +98,8 @@ class IngestStore(StoreBase):
                 "dninf": int(np.isneginf(values).sum()),
                 "fbad": int(steps[bad].min()) if bad.any() else None,
                 "small": n_small,
-                "ls": int(steps[-1]),
-                "lv": float(values[-1]) if np.isfinite(values[-1]) else None,
+                "ls": int(steps[top]),
+                "lv": float(values[top]) if np.isfinite(values[top]) else None,
             })
             total += len(steps)
         conn.execute(insert(MetricChunk), chunks)
@@ -113,8 +114,11 @@ class IngestStore(StoreBase):
                 first_nonfinite_step=func.coalesce(Series.__table__.c.first_nonfinite_step, bindparam("fbad")),
                 version=Series.__table__.c.version + 1,
                 n_small=bindparam("small"),
-                last_step=bindparam("ls"),
-                last_value=bindparam("lv"),
+                # the highest step wins, not the last batch to arrive (a replayed spool comes late)
+                last_step=case((func.coalesce(Series.__table__.c.last_step, -1) <= bindparam("ls"), bindparam("ls")),
+                               else_=Series.__table__.c.last_step),
+                last_value=case((func.coalesce(Series.__table__.c.last_step, -1) <= bindparam("ls"), bindparam("lv")),
+                                else_=Series.__table__.c.last_value),
             ),
             updates,
         )

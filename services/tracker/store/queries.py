@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from services.tracker.db import Artifact, EventRow, Histogram
+from services.tracker.db import Artifact, EventRow, Histogram, Run
 from services.tracker.store.base import NotFound, StoreBase, flatten
 
 
@@ -41,18 +41,31 @@ class QueryStore(StoreBase):
             "edges": rows[-1][3],
         }
 
-    def events(self, run_id: str, kind: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-        stmt = select(EventRow).where(EventRow.run_id == run_id)
+    def _require_run(self, s, run_id: str) -> None:
+        if s.get(Run, run_id) is None:
+            raise NotFound(f"run {run_id!r} does not exist")
+
+    def events(self, run_id: str, kind: str | None = None, limit: int = 1000, offset: int = 0,
+               kinds_out: list[str] | None = None) -> dict[str, Any]:
+        """One page of the run's events in time order, with `total` (all that match), so a client
+        that receives fewer than `total` knows the list is cut and can ask for the next page.
+        `kinds_out` leaves kinds out (the run page reads funnels and calibrations on their own)."""
+        cond = [EventRow.run_id == run_id]
         if kind:
-            stmt = stmt.where(EventRow.kind == kind)
+            cond.append(EventRow.kind == kind)
+        if kinds_out:
+            cond.append(EventRow.kind.not_in(kinds_out))
         with self.reading() as s:
-            rows = s.scalars(stmt.order_by(EventRow.wall, EventRow.id).limit(limit)).all()
-            return [
-                {"kind": e.kind, "message": e.message, "data": e.data, "step": e.step, "wall": e.wall} for e in rows
-            ]
+            self._require_run(s, run_id)
+            total = s.scalar(select(func.count()).select_from(EventRow).where(*cond))
+            rows = s.scalars(select(EventRow).where(*cond).order_by(EventRow.wall, EventRow.id)
+                             .limit(limit).offset(offset)).all()
+            return {"total": total, "offset": offset, "events": [
+                {"kind": e.kind, "message": e.message, "data": e.data, "step": e.step, "wall": e.wall} for e in rows]}
 
     def artifacts(self, run_id: str) -> list[dict[str, Any]]:
         with self.reading() as s:
+            self._require_run(s, run_id)
             rows = s.scalars(select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)).all()
             return [
                 {

@@ -28,7 +28,7 @@ from services.tracker.db import (
     RunTag,
     Series,
 )
-from services.tracker.store.base import NotFound, StoreBase, run_to_dict
+from services.tracker.store.base import Conflict, NotFound, StoreBase, run_to_dict
 
 SWEEP_EVERY_S = 2.0
 MAX_FIGURES = 12
@@ -76,10 +76,29 @@ class RunStore(StoreBase):
                 s.flush()
                 for tag in run.tags:
                     s.add(RunTag(run_id=run_id, tag=tag))
-            else:
-                run.status, run.finished, run.updated, run.last_seen = "running", None, now, now
             project = s.scalar(select(Project.name).where(Project.id == run.project_id))
+            if resumed:
+                self._resume(s, run, project, body)
+                run.status, run.finished, run.updated, run.last_seen = "running", None, now, now
             return run_to_dict(run, project), resumed
+
+    def _resume(self, s: Session, run: Run, project: str, body) -> None:
+        """Store what a resume changes (name, config, tags, parent): only the fields the client sent,
+        so a resume that gives none keeps the run as it was. A run never moves project."""
+        given = body.model_fields_set
+        if "project" in given and body.project != project:
+            raise Conflict(f"run {run.id!r} belongs to project {project!r}; it cannot be resumed under "
+                           f"{body.project!r} (start a new run, or resume without a project)")
+        if "name" in given and body.name:
+            run.name = body.name
+        if "config" in given and body.config:
+            run.config = body.config
+        if "parent" in given and body.parent:
+            run.parent = body.parent
+        if "tags" in given:
+            run.tags = sorted(set(body.tags))
+            s.execute(delete(RunTag).where(RunTag.run_id == run.id))
+            s.add_all(RunTag(run_id=run.id, tag=t) for t in run.tags)
 
     def finish(self, run_id: str, body) -> dict[str, Any]:
         with self.writing() as s:

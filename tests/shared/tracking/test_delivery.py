@@ -63,3 +63,28 @@ def test_disabled_mode_reports_nothing_delivered(tmp_path):
     run.log({"loss": 1.0}, step=0)
     got = run.finish()
     assert not got.complete and got.mode == "disabled" and got.points_logged == 0
+
+
+def test_a_resumed_run_continues_its_steps_and_keeps_its_metadata(tracker):
+    run = start_run(tracker, name="first", config={"lr": 1}, tags=["a"])
+    for _ in range(3):
+        run.log({"loss": 1.0})
+    run.finish()
+    again = tracking.init(id=run.id, url=tracker.url, token=tracker.token, spool_dir=str(tracker.spool),
+                          flush_interval=0.02)
+    again.log({"loss": 0.5})
+    again.log({"loss": 0.4})
+    again.finish()
+    steps = httpx.get(f"{tracker.url}/api/runs/{run.id}/series", params={"key": "loss"}).json()["steps"]
+    assert steps == [0, 1, 2, 3, 4]
+    info = httpx.get(f"{tracker.url}/api/runs/{run.id}").json()
+    assert (info["name"], info["config"], info["tags"], info["project"]) == ("first", {"lr": 1}, ["a"], "t")
+
+
+def test_resuming_under_another_project_fails_in_the_caller(tracker):
+    import pytest
+
+    run = start_run(tracker)
+    run.finish()
+    with pytest.raises(ValueError, match="belongs to project 't'"):
+        start_run(tracker, id=run.id, project="other")
