@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev,bench]' --constraint constraints-cpu.txt
+	$(PY) -m pip install -q -e '.[dev,bench,eval]' --constraint constraints-cpu.txt
 	touch $(STAMP)
 
 install: $(STAMP)

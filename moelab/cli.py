@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "moelab.commands.tracker",
     "moelab.commands.score",
     "moelab.commands.ablate",
+    "moelab.commands.eval",
 )
 
 

@@ -6,8 +6,8 @@ ctx)" and "is the continuation the greedy one". Computing it in one place means 
 numbers and the in-loop numbers come from the same arithmetic.
 
 A request longer than the model's window keeps its last `seq_len + 1` tokens (the context is
-truncated from the left, as lm-eval's own HF adapter does); a continuation that alone exceeds the
-window cannot be scored and is an error. Requests are batched longest first and right-padded: the
+truncated from the left, as lm-eval's own HF adapter does); a continuation longer than the window
+is scored in window-sized pieces, each conditioned on everything before it that fits, and summed. Requests are batched longest first and right-padded: the
 model is causal, so padding after a sequence cannot change its log-probabilities (with a dropless
 MoE; a capacity-limited MoE routes padding tokens too, which is why the eval runs the model as
 configured and documents it rather than hiding it).
@@ -37,8 +37,7 @@ def _window(context: list[int], continuation: list[int], seq_len: int) -> tuple[
     if not context:
         raise ValueError("a continuation needs at least one context token (start documents with the EOS token)")
     if len(continuation) > seq_len:
-        raise ValueError(f"continuation of {len(continuation)} tokens exceeds the evaluation window "
-                         f"seq_len={seq_len}; score it as rolling windows or raise seq_len")
+        raise ValueError(f"a piece of {len(continuation)} tokens exceeds the window seq_len={seq_len}")
     whole = (context + continuation)[-(seq_len + 1):]
     return whole[:-1], len(continuation)
 
@@ -53,6 +52,20 @@ def score_continuations(model: torch.nn.Module, requests: list[tuple[list[int], 
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    pieces = [(i, ctx + cont[:j], cont[j:j + seq_len]) for i, (ctx, cont) in enumerate(requests)
+              for j in range(0, max(len(cont), 1), seq_len)]
+    merged = _score_pieces(model, [(c, p) for _, c, p in pieces], seq_len, batch_size, pad_id)
+    logprob, greedy, tokens = [0.0] * len(requests), [True] * len(requests), [0] * len(requests)
+    for (i, _, _), piece in zip(pieces, merged, strict=True):
+        logprob[i] += piece.logprob
+        greedy[i] = greedy[i] and piece.greedy
+        tokens[i] += piece.tokens
+    return [Continuation(lp, g, n) for lp, g, n in zip(logprob, greedy, tokens, strict=True)]
+
+
+def _score_pieces(model: torch.nn.Module, requests: list[tuple[list[int], list[int]]], seq_len: int,
+                  batch_size: int, pad_id: int) -> list[Continuation]:
+    """`score_continuations` for continuations of at most `seq_len` tokens."""
     windows = [_window(ctx, cont, seq_len) for ctx, cont in requests]
     order = sorted(range(len(windows)), key=lambda i: -len(windows[i][0]))
     device = next(model.parameters()).device

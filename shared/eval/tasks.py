@@ -127,6 +127,51 @@ def discover_tasks(path: Path | str | None = None) -> list[LocalTask]:
     return found
 
 
+def check_task_files(path: Path | str) -> list[str]:
+    """Validate a local task file or folder before a harness run; returns the task names.
+
+    Tasks in the suite's form (multiple choice, fields named) are checked record by record; any
+    other `dataset_path: json` task has every data line checked to be a JSON object. Errors name
+    file and line, so a broken line stops `moelab eval` before any model work, not mid-run.
+    """
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.glob("*.yaml"))
+    if not files:
+        raise TaskFileError(f"{path}: no task YAML files here")
+    names = []
+    for yaml_path in files:
+        try:
+            task = read_task_yaml(yaml_path)
+        except TaskFileError as e:
+            if "scored in-process" not in str(e) and "must each name a record field" not in str(e):
+                raise
+            cfg = yaml.load(yaml_path.read_text(encoding="utf-8"), Loader=_HarnessLoader) or {}
+            if "task" not in cfg:
+                continue  # a group or include-only file
+            names.append(cfg["task"])
+            files_cfg = (cfg.get("dataset_kwargs") or {}).get("data_files")
+            data = list(files_cfg.values()) if isinstance(files_cfg, dict) else [files_cfg] if files_cfg else []
+            for entry in data:
+                _check_json_lines(_resolve_data(entry, yaml_path))
+            continue
+        read_task_items(task)
+        names.append(task.name)
+    return names
+
+
+def _check_json_lines(data_path: Path) -> None:
+    with open(data_path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                ok = isinstance(json.loads(line), dict)
+            except json.JSONDecodeError as e:
+                raise TaskFileError(f"{data_path}:{n}: not valid JSON ({e.msg})") from None
+            if not ok:
+                raise TaskFileError(f"{data_path}:{n}: a task record must be a JSON object")
+
+
 def score_task(model, tokenizer, task: LocalTask, *, seq_len: int, batch_size: int = 8,
                limit: int | None = None) -> dict[str, float]:
     """acc, acc_norm and logprob of `task` (means over its first `limit` items)."""
