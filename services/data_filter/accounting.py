@@ -70,6 +70,7 @@ class StageStats:
 
 
 LAYOUT_FLAG = "layout_flag"
+LAYOUT_SEVERITY = "layout_severity"
 EDIT_FLAG = "edit_flag"
 EDIT_LOSS = "edit_loss"
 CHARS_ORIGINAL = "chars_original"
@@ -109,11 +110,15 @@ class Chain:
             if doc.skips:
                 st.skipped.update(doc.skips)
                 doc.skips.clear()
-            if reason is not None and self.review and reason in f.review_reasons:
+            if reason is not None and self.review and reason in f.review_reasons and not doc.past_margin:
                 st.flagged[reason] += 1
-                doc.meta.setdefault(LAYOUT_FLAG, f"{f.name}:{reason}")
+                if LAYOUT_FLAG not in doc.meta:
+                    doc.meta[LAYOUT_FLAG] = f"{f.name}:{reason}"
+                    if doc.severity is not None:
+                        doc.meta[LAYOUT_SEVERITY] = doc.severity
                 doc.text = text  # the document goes on as this filter received it
                 reason = None
+            doc.severity, doc.past_margin = None, False
             if reason is None and doc.text is not text:  # a rewriting filter (normalise, C4) changed the text
                 reason = self._bound_edit(f, st, doc, text, size, chars)
             if reason is not None:

@@ -22,6 +22,7 @@ import torch
 
 from services.scorer import calibrate as cal
 from services.scorer.backbone import LayerwiseBackbone
+from services.scorer.calibration_warnings import attach_warnings
 from services.scorer.cascade import CALIBRATION_FILE, HEADS_FILE, CascadeScorer, build_heads, reader_for
 from services.scorer.io import write_json_atomic
 from services.scorer.rubrics import RUBRICS, rubric_for
@@ -285,7 +286,7 @@ def calibrate_stage(cfg, docs: list[dict] | None = None) -> dict:
     labelled = set(load_labels(cfg).column("id").to_pylist())
     scorer = CascadeScorer(bb, heads, layers[0], layers[1], reader, micro_batch=cfg.scorer.scoring.micro_batch)
     f = fit(cfg, scorer, held, calibration_sample(cfg, labelled, docs))
-    report = build_report(cfg, f, held)
+    report = attach_warnings(build_report(cfg, f, held))
     calib = {"tau_keep": f.thresholds.tau_keep, "tau_drop": f.thresholds.tau_drop,
              "tau_accept": f.thresholds.tau_accept, "max_keeper_loss": cfg.scorer.calibration.max_keeper_loss,
              "max_false_keep": cfg.scorer.calibration.max_false_keep,
@@ -296,5 +297,10 @@ def calibrate_stage(cfg, docs: list[dict] | None = None) -> dict:
                                                                           strict=True) if c]
     report["compute"] = measure_saving(scorer, test_docs)
     plot(report, out / "calibration.png")
-    report_stage(cfg, "calibrate", report, log_extra=lambda run: log_reliability(run, held))
+    def extra(run) -> None:
+        log_reliability(run, held)
+        for w in report["warnings"]:
+            run.event("warning", w)
+
+    report_stage(cfg, "calibrate", report, log_extra=extra)
     return report

@@ -168,6 +168,12 @@ class RepetitionConfig(FilterSettings):
         return value
 
 
+# Times over its limit (`over`/`short` in services/data_filter/filters/base.py) past which a reviewed
+# Gopher rule removes: measured by benchmarks/review_margin.py on held-out clean text and planted documents.
+GOPHER_REVIEW_MARGIN = {"too_many_hashes": 2.0, "too_many_ellipses": 2.0, "too_many_bullet_lines": 2.0,
+                        "too_many_ellipsis_lines": 2.0, "too_few_alpha_words": 1.5}
+
+
 class GopherQualityConfig(FilterSettings):
     language_profiles: bool = Field(True, description="Use per-language stop words and word-length bounds (FineWeb-2) where a profile exists.")
     min_words: int = Field(50, ge=0, description="Fewest non-symbol words (Gopher: 50).")
@@ -186,6 +192,20 @@ class GopherQualityConfig(FilterSettings):
         default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"],
         description="Stop words for English, and for every language when language_profiles is off (Gopher's eight).",
     )
+    review_margin: dict[str, float] = Field(
+        default_factory=lambda: dict(GOPHER_REVIEW_MARGIN),
+        description="Layout rule -> times over its limit past which a document is removed even under layout review.",
+    )
+
+    @field_validator("review_margin")
+    @classmethod
+    def _margin_rules(cls, value: dict[str, float]) -> dict[str, float]:
+        for rule, margin in value.items():
+            if rule not in GOPHER_REVIEW_MARGIN:
+                raise ValueError(f"review_margin.{rule}: not a reviewed Gopher rule ({', '.join(GOPHER_REVIEW_MARGIN)})")
+            if not margin >= 1:
+                raise ValueError(f"review_margin.{rule} = {margin}: a margin is a ratio >= 1 (1 = remove every failure)")
+        return value
 
 
 class C4Config(EditingSettings):

@@ -13,6 +13,10 @@ out, which is evidence of garbage in a web crawl but not in a source whose list 
 listings are its normal documents. When the chain's perplexity pass reviews layout
 (`perplexity.review_layout`), such a hit flags the document (`meta.layout_flag`) instead of
 removing it, and the source's own model confirms or overturns the flag (services/data_filter/fitting.py).
+A rule that measures how far a document is past its limit (`Verdict.fail(reason, severity)`, a
+ratio: 2.0 = twice the allowed share) removes it outright past the filter's review margin for
+that rule (`review_margin`): the model's review is for layouts a rule misreads, not for documents
+that fail it by a wide margin. The severity of a flag is kept in `meta.layout_severity`.
 """
 
 from __future__ import annotations
@@ -68,6 +72,10 @@ class Doc:
     kind: str = "web"
     meta: dict[str, Any] = field(default_factory=dict)
     skips: list[str] = field(default_factory=list, repr=False)
+    # how far past its limit the rule behind the last flag was (`Verdict.fail`), for the chain to record
+    severity: float | None = field(default=None, repr=False)
+    # set when a reviewed rule failed past its margin: the chain removes instead of flagging
+    past_margin: bool = field(default=False, repr=False)
     # markup kinds the language filter took out (`language.strip_markup`): prose rules judge `prose()`
     markup: tuple[str, ...] = field(default=(), repr=False)
     _words: list[str] | None = field(default=None, repr=False)
@@ -176,18 +184,30 @@ class Verdict:
     (duplicated text after duplicated lines) still removes the document.
     """
 
-    __slots__ = ("_filter", "flag", "hard")
+    __slots__ = ("_doc", "_filter", "flag", "hard")
 
-    def __init__(self, filt: Filter):
+    def __init__(self, filt: Filter, doc: Doc | None = None):
         self._filter = filt
+        self._doc = doc
         self.flag: str | None = None
         self.hard: str | None = None
 
-    def fail(self, reason: str) -> bool:
-        """Record a failed rule; True when checking should stop and `result` be returned."""
+    def fail(self, reason: str, severity: float | None = None) -> bool:
+        """Record a failed rule; True when checking should stop and `result` be returned.
+
+        `severity` is how many times over its limit the document is; past the settings' margin for
+        `reason` (`review_margin`) the failure removes even under review.
+        """
         if self._filter.reviewing and reason in self._filter.review_reasons:
-            self.flag = self.flag or reason
-            return False
+            margin = getattr(self._filter.cfg, "review_margin", {}).get(reason)
+            if severity is None or margin is None or severity <= margin:
+                if self.flag is None:
+                    self.flag = reason
+                    if self._doc is not None:
+                        self._doc.severity = None if severity is None else round(severity, 3)
+                return False
+            if self._doc is not None:
+                self._doc.past_margin = True
         self.hard = reason
         return True
 
@@ -198,3 +218,14 @@ class Verdict:
 
 def ratio(part: float, whole: float) -> float:
     return part / whole if whole else 0.0
+
+
+def over(value: float, limit: float) -> float:
+    """How many times over a maximum `limit` a `value` is (inf when the limit is 0)."""
+    return value / limit if limit else float("inf")
+
+
+def short(value: float, least: float) -> float:
+    """How far under a minimum share `least` a share `value` is, as the ratio of the shares missing
+    (0.62 against 0.8: 0.38 / 0.2 = 1.9), so it reads like `over`."""
+    return (1.0 - value) / (1.0 - least) if least < 1 else float("inf")

@@ -22,7 +22,15 @@ from __future__ import annotations
 import string
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter, Verdict, content_words, count_letter_words
+from services.data_filter.filters.base import (
+    Doc,
+    Filter,
+    Verdict,
+    content_words,
+    count_letter_words,
+    over,
+    short,
+)
 from shared.config.filters import GopherQualityConfig
 
 _STRIP = string.punctuation + "“”‘’«»„…—–"
@@ -85,20 +93,22 @@ class GopherQualityFilter(Filter):
             doc.skip(f"word_rules_no_segmenter:{lang}")
         if n_words == 0:
             return None if doc.markup else "too_few_words"
-        v = Verdict(self)
-        if text.count("#") / n_words > c.max_symbol_word_ratio and v.fail("too_many_hashes"):
+        v = Verdict(self, doc)
+        hashes = text.count("#") / n_words
+        if hashes > c.max_symbol_word_ratio and v.fail("too_many_hashes", over(hashes, c.max_symbol_word_ratio)):
             return v.result
-        if (text.count("...") + text.count("…")) / n_words > c.max_symbol_word_ratio and v.fail("too_many_ellipses"):
+        dots = (text.count("...") + text.count("…")) / n_words
+        if dots > c.max_symbol_word_ratio and v.fail("too_many_ellipses", over(dots, c.max_symbol_word_ratio)):
             return v.result
         lines = text.splitlines() or [""]
-        bullets = sum(1 for line in lines if line.lstrip().startswith(_BULLETS))
-        if bullets / len(lines) > c.max_bullet_lines_ratio and v.fail("too_many_bullet_lines"):
+        bullets = sum(1 for line in lines if line.lstrip().startswith(_BULLETS)) / len(lines)
+        if bullets > c.max_bullet_lines_ratio and v.fail("too_many_bullet_lines", over(bullets, c.max_bullet_lines_ratio)):
             return v.result
-        ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…")))
-        if ellipsis / len(lines) > c.max_ellipsis_lines_ratio and v.fail("too_many_ellipsis_lines"):
+        ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…"))) / len(lines)
+        if ellipsis > c.max_ellipsis_lines_ratio and v.fail("too_many_ellipsis_lines", over(ellipsis, c.max_ellipsis_lines_ratio)):
             return v.result
-        alpha = count_letter_words(words)
-        if alpha / n_words < c.min_alpha_words_ratio and v.fail("too_few_alpha_words"):
+        alpha = count_letter_words(words) / n_words
+        if alpha < c.min_alpha_words_ratio and v.fail("too_few_alpha_words", short(alpha, c.min_alpha_words_ratio)):
             return v.result
         if c.min_stop_words and prose_judged:
             stop = self._stop_words(c, lang)
