@@ -25,6 +25,22 @@ def _write_token_file(path: str, token: str) -> None:
     os.replace(tmp, p)
 
 
+def write_first_token(store, token_file: str, port: int) -> list[Path]:
+    """Give a store without tokens its first write token, in this server's own token file
+    (`server_token_file`, keyed by port), and in the shared `token_file` only if that file does not
+    exist yet: a second tracker started in the same folder never clobbers the first one's token,
+    so the first's clients keep working. Returns the files written."""
+    from shared.tracking.api import server_token_file
+
+    token = store.create_token("first", scope="write")
+    written = [server_token_file(token_file, port)]
+    if not Path(token_file).exists():
+        written.append(Path(token_file))
+    for path in written:
+        _write_token_file(str(path), token)
+    return written
+
+
 def served_hosts(configured: list[str], extra: list[str], interface: str) -> list[str]:
     """Host names the server answers: the configured ones, `--allowed-host`s, the interface it
     binds to, and this machine's names when it binds every interface (team members use those)."""
@@ -58,17 +74,19 @@ def register(app: typer.Typer) -> None:
 
         tcfg = load_or_exit(config, []).tracker
         store = Store(db or tcfg.db_url, crash_after_s=tcfg.crash_after_s)
+        port = port or tcfg.port
         if store.count_tokens() == 0:
-            _write_token_file(tcfg.token_file, store.create_token("first", scope="write"))
-            typer.echo(f"created the first API token (scope write) in {tcfg.token_file} (mode 0600); "
-                       "local clients read it from there")
+            written = write_first_token(store, tcfg.token_file, port)
+            kept = "" if len(written) > 1 else f"; {tcfg.token_file} holds another tracker's token and is left as it is"
+            typer.echo(f"created the first API token (scope write) in {', '.join(map(str, written))} (mode 0600); "
+                       f"local clients of port {port} read it from there{kept}")
         protected = tcfg.read_protected if read_protected is None else read_protected
         hosts = served_hosts(tcfg.allowed_hosts, allowed_host, host)
         api = create_app(store=store, read_protected=protected, max_body_bytes=int(tcfg.max_body_mb * 1024 * 1024),
                          allowed_hosts=hosts)
-        typer.echo(f"moelab tracker on http://{host}:{port or tcfg.port} (store: {store.url}; "
+        typer.echo(f"moelab tracker on http://{host}:{port} (store: {store.url}; "
                    f"answers Host {', '.join(hosts)}{'; reads need a token' if protected else ''})")
-        uvicorn.run(api, host=host, port=port or tcfg.port, log_level="warning")
+        uvicorn.run(api, host=host, port=port, log_level="warning")
 
     @group.command("token")
     def token(
@@ -118,7 +136,7 @@ def register(app: typer.Typer) -> None:
         from shared import tracking
 
         tcfg = load_or_exit(config, []).tracker
-        tok = tracking.resolve_token(token, tcfg.token_env, tcfg.token_file)
+        tok = tracking.resolve_token(token, tcfg.token_env, tcfg.token_file, url or tcfg.url)
         try:
             sent = tracking.sync(spool_dir or tcfg.spool_dir, url or tcfg.url, tok)
         except ConnectionError as exc:

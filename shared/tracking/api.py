@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -32,14 +33,40 @@ def git_commit(cwd: str | None = None) -> str | None:
         return None
 
 
-def resolve_token(token: str | None, token_env: str, token_file: str) -> str | None:
-    """The API token: the argument, else the environment variable, else the token file."""
+def server_token_file(token_file: str, port: int) -> Path:
+    """The token file of the tracker on `port` (`runs/tracker.8001.token` beside `runs/tracker.token`).
+
+    Why one file per port: two trackers started from one folder (say a scratch store on 8001 beside
+    the team's on 8000) would otherwise write their first tokens to the same file, and the clients
+    of the first would start sending the second's token and be refused."""
+    p = Path(token_file)
+    return p.with_name(f"{p.stem}.{port}{p.suffix}")
+
+
+def url_port(url: str | None) -> int | None:
+    """The port a tracker URL names (its scheme's default when it names none)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    try:
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+
+
+def resolve_token(token: str | None, token_env: str, token_file: str, url: str | None = None) -> str | None:
+    """The API token: the argument, else the environment variable, else the token file of the
+    server at `url` (`server_token_file`), else the shared token file."""
     if token:
         return token
     if os.environ.get(token_env):
         return os.environ[token_env]
-    path = Path(token_file)
-    return path.read_text().strip() if path.is_file() else None
+    port = url_port(url)
+    paths = ([server_token_file(token_file, port)] if port else []) + [Path(token_file)]
+    for path in paths:
+        if path.is_file():
+            return path.read_text().strip()
+    return None
 
 
 def init(
@@ -93,7 +120,7 @@ def init(
         # a resume sends only what the caller gave, so the server keeps the rest as it was
         body = {k: v for k, v in body.items() if given.get(k, True)}
         if mode == "online":
-            first_step = resume_step(url or tcfg.url, resolve_token(token, tcfg.token_env, tcfg.token_file), id,
+            first_step = resume_step(url or tcfg.url, resolve_token(token, tcfg.token_env, tcfg.token_file, url or tcfg.url), id,
                                      body.get("project"))
     return Run(
         run_id=run_id,
@@ -101,7 +128,7 @@ def init(
         name=name,
         mode=mode,
         url=url or tcfg.url,
-        token=resolve_token(token, tcfg.token_env, tcfg.token_file),
+        token=resolve_token(token, tcfg.token_env, tcfg.token_file, url or tcfg.url),
         spool_dir=spool_dir or tcfg.spool_dir,
         flush_interval=tcfg.flush_interval_s if flush_interval is None else flush_interval,
         retry_max_s=retry_max_s,
