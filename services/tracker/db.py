@@ -67,6 +67,9 @@ class Run(Base):
     updated: Mapped[float] = mapped_column(Float)
     # last sign of life (init, batch, heartbeat): a running run silent for crash_after_s is crashed
     last_seen: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # a fork: the run this one was started from, and the last step of it that this run carries
+    fork_of: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    fork_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class RunTag(Base):
@@ -213,7 +216,8 @@ def upgrade(engine: Engine) -> None:
     """Bring a store made by an older tracker up to these tables: add the columns it lacks and
     widen 32-bit step columns on PostgreSQL (SQLite's INTEGER is 64-bit already)."""
     insp = inspect(engine)
-    added = {("runs", "last_seen"): "FLOAT", ("api_tokens", "scope"): "VARCHAR(8) DEFAULT 'write' NOT NULL"}
+    added = {("runs", "last_seen"): "FLOAT", ("api_tokens", "scope"): "VARCHAR(8) DEFAULT 'write' NOT NULL",
+             ("runs", "fork_of"): "VARCHAR(64)", ("runs", "fork_step"): "BIGINT"}
     with engine.begin() as conn:
         for (table, column), ddl in added.items():
             if column not in {c["name"] for c in insp.get_columns(table)}:

@@ -34,6 +34,8 @@ def runs_router(store: Store, access: Access) -> APIRouter:
             run, resumed = store.create_or_resume(body)
         except Conflict as exc:
             raise HTTPException(409, str(exc)) from None
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
         return JSONResponse({**run, "resumed": resumed}, status_code=200 if resumed else 201)
 
     @r.post("/api/runs/{run_id}/finish", dependencies=write, tags=["runs"], openapi_extra=BODY)

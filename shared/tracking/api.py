@@ -85,12 +85,18 @@ def init(
     retry_max_s: float = 10.0,
     max_batch_points: int = 50_000,
     heartbeat_s: float | None = None,
+    fork_from: str | None = None,
+    fork_step: int | None = None,
 ) -> Run:
     """Start (or, with `id=`, resume) a run. `config` may be a dict or an `ExperimentConfig`, whose
     `tracker` section supplies url, project, mode, spool_dir and token location unless given here.
 
     Raises ValueError at once when the tracker would refuse the run (a project, name or tag outside
-    its rules, a config JSON cannot carry such as a NaN), so no run is silently missing later."""
+    its rules, a config JSON cannot carry such as a NaN), so no run is silently missing later.
+
+    `fork_from=<run id>, fork_step=N` starts a new run from another's history: the server copies
+    its points up to step N, the new run keeps the source's project, config, tags and parent unless
+    given here, records `fork_of`/`fork_step`, and `log` without a step continues at N + 1."""
     given = {"project": project is not None, "name": name is not None or getattr(config, "name", None) is not None,
              "config": config is not None, "tags": tags is not None, "parent": parent is not None}
     tcfg = getattr(config, "tracker", None)
@@ -113,9 +119,21 @@ def init(
         "parent": parent or tcfg.parent or os.environ.get("MOELAB_PARENT_RUN") or None,
         "created": time.time(),
     }
+    if fork_from is not None or fork_step is not None:
+        if id is not None:
+            raise ValueError("a fork is a new run: pass fork_from and fork_step without id=")
+        body.update(fork_of=fork_from, fork_step=fork_step)
+        for field in ("project", "config", "tags"):  # unless given, the fork takes the source's
+            if not given[field]:
+                body.pop(field)
     if mode != "disabled":
         check(RunCreate, body, f"run {name!r}")
     first_step = 0
+    if fork_from is not None:
+        first_step = fork_step + 1
+        if mode == "online":
+            check_fork_source(url or tcfg.url, resolve_token(token, tcfg.token_env, tcfg.token_file, url or tcfg.url),
+                              fork_from)
     if id is not None:
         # a resume sends only what the caller gave, so the server keeps the rest as it was
         body = {k: v for k, v in body.items() if given.get(k, True)}
@@ -137,6 +155,19 @@ def init(
         init_body=body,
         first_step=first_step,
     )
+
+
+def check_fork_source(url: str, token: str | None, run_id: str) -> None:
+    """Raise ValueError now when the run to fork does not exist (the server would refuse the fork's
+    init later, in the background); an unreachable server is left to the spool."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=5.0) as c:
+            found = c.get(f"/api/runs/{run_id}").status_code != 404
+    except httpx.HTTPError:
+        return
+    if not found:
+        raise ValueError(f"cannot fork run {run_id!r}: the tracker at {url} has no such run")
 
 
 def resume_step(url: str, token: str | None, run_id: str, project: str | None) -> int:

@@ -118,6 +118,14 @@ class RunCreate(Strict):
     host: Annotated[str, StringConstraints(pattern=rf"^{PRINTABLE}{{0,255}}$")] | None = None
     parent: RunId | None = Field(None, description="Pipeline (parent run) id, for lineage.")
     created: Wall | None = Field(None, description="Client wall time of init (kept when replayed later).")
+    fork_of: RunId | None = Field(None, description="Start this new run from another run's history (a fork).")
+    fork_step: Step | None = Field(None, description="The fork keeps the source's points up to this step.")
+
+    @model_validator(mode="after")
+    def _fork_names_its_step(self):
+        if (self.fork_of is None) != (self.fork_step is None):
+            raise ValueError("fork_of and fork_step go together: name the run to fork and the last step it keeps")
+        return self
 
 
 class RunFinish(Strict):

@@ -91,14 +91,33 @@ function nearest(list, u, left, px) {
   return best;
 }
 
+// The point of a line nearest to x, when x lies within the line's span or within a few pixels of
+// that point: lines of runs that log at other steps, or on a wall-time axis, have no value at the
+// hovered x itself.
+function nearestPoint(u, line, x) {
+  let best = -1, bestD = Infinity, lo = Infinity, hi = -Infinity;
+  line.xs.forEach((lx, i) => {
+    lo = Math.min(lo, lx); hi = Math.max(hi, lx);
+    const d = Math.abs(lx - x);
+    if (d < bestD) { best = i; bestD = d; }
+  });
+  if (best < 0) return null;
+  const near = { x: line.xs[best], y: line.ys[best] };
+  const within = x >= lo && x <= hi;
+  return within || Math.abs(u.valToPos(near.x, "x") - u.valToPos(x, "x")) <= 12 ? near : null;
+}
+
 function readoutText(u, spec) {
   const idx = u.cursor.idx, left = u.cursor.left;
   if (idx === null || idx === undefined || left < 0) return spec.hint;
-  const parts = [`${spec.xLabel} ${fmtNum(u.data[0][idx])}`];
+  const x = u.data[0][idx];
+  const parts = [`${spec.xLabel} ${fmtNum(x)}`];
   u.series.slice(1).forEach((s, i) => {
     if (s.readout === false) return;
     const v = u.data[i + 1][idx];
-    if (v !== undefined) parts.push(`${s.label} ${v === null ? "NaN/Inf" : fmtNum(v)}`);
+    if (v !== undefined) { parts.push(`${s.label} ${v === null ? "NaN/Inf" : fmtNum(v)}`); return; }
+    const near = u.lines && nearestPoint(u, u.lines[i], x);
+    if (near) parts.push(`${s.label} ${near.y === null ? "NaN/Inf" : fmtNum(near.y)} (at ${fmtNum(near.x)})`);
   });
   const gap = nearest(spec.gaps, u, left, 6);
   if (gap) parts.push(`${gap.kind} at ${spec.xLabel} ${fmtNum(gap.x)}`);
@@ -140,7 +159,8 @@ function lineChart(container, spec) {
       label: l.label,
       stroke: l.band ? "rgba(0,0,0,0)" : (l.color || T.colors[i % T.colors.length]),
       width: l.band ? 0 : (l.width || 1.5), dash: l.dash, spanGaps: false,
-      points: { show: !l.band && data[0].length < 60 }, readout: !l.band,
+      // a line of few points (a run with one point among others with hundreds) shows its dots
+      points: { show: !l.band && (data[0].length < 60 || l.xs.length < 60) }, readout: !l.band,
     }))),
     bands: bandPairs.map(([hi, lo], j) => ({ series: [hi + 1, lo + 1], fill: fade(spec.bands[j].color, 0.18) })),
     hooks: {
@@ -161,6 +181,7 @@ function lineChart(container, spec) {
   // a band's edges are drawn as the fill between them, not as lines of their own in the legend
   u.root.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (i > 0 && lines[i - 1].band) row.hidden = true; });
   u.spec = spec;
+  u.lines = lines;
   u.readout = readout;
   if (zoom) zoom.add(u);
   if (T.charts[spec.id] && T.charts[spec.id] !== u) destroyChart(spec.id);

@@ -69,7 +69,13 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
       el("a", { href: "/runs/" + encodeURIComponent(p.id), class: i === 0 ? "lineage-root" : "lineage-parent",
         text: `${(p.tags || []).includes("pipeline") ? "pipeline " : ""}${p.name}` }), el("span", { text: " › " })]),
       ...(chain.length ? [el("span", { text: r.name })] : []));
-    lineage.hidden = chain.length === 0;
+    if (r.fork_of) {  // a fork names the run and step it started from
+      const src = await api(`/api/runs/${encodeURIComponent(r.fork_of)}`).catch(() => null);
+      lineage.appendChild(el("span", { id: "fork-of" }, chain.length ? " · " : "", "forked from ",
+        el("a", { href: "/runs/" + encodeURIComponent(r.fork_of), text: src ? src.name : r.fork_of }),
+        ` at step ${fmtNum(r.fork_step)} (its points up to there are copied into this run)`));
+    }
+    lineage.hidden = chain.length === 0 && !r.fork_of;
   }
 
   async function renderStages(r) {

@@ -42,6 +42,8 @@ def run_to_dict(run: Run, project: str) -> dict[str, Any]:
         "finished": run.finished,
         "updated": run.updated,
         "last_seen": run.last_seen,
+        "fork_of": run.fork_of,
+        "fork_step": run.fork_step,
     }
 
 

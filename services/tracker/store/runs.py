@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import secrets
 import time
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -57,30 +58,62 @@ class RunStore(StoreBase):
         with self.writing() as s:
             run = s.get(Run, run_id)
             resumed = run is not None
+            if resumed and body.fork_of is not None and (run.fork_of, run.fork_step) != (body.fork_of, body.fork_step):
+                raise Conflict(f"run {run_id!r} exists; a fork is a new run: give it a new id (or none)")
+            source = self._fork_source(s, body) if run is None else None
             if run is None:
+                given = body.model_fields_set
                 run = Run(
                     id=run_id,
-                    project_id=self._project_id(s, body.project),
+                    project_id=source.project_id if source and "project" not in given else self._project_id(s, body.project),
                     name=body.name or run_id,
-                    config=body.config,
-                    tags=sorted(set(body.tags)),
+                    config=source.config if source and "config" not in given else body.config,
+                    tags=sorted(set(source.tags if source and "tags" not in given else body.tags)),
                     status="running",
                     git_commit=body.git_commit,
                     host=body.host,
-                    parent=body.parent,
+                    parent=source.parent if source and not body.parent else body.parent,
                     created=body.created or now,
                     updated=now,
                     last_seen=now,
+                    fork_of=body.fork_of,
+                    fork_step=body.fork_step,
                 )
                 s.add(run)
                 s.flush()
                 for tag in run.tags:
                     s.add(RunTag(run_id=run_id, tag=tag))
+                if source is not None:
+                    self._copy_history(s, source.id, run_id, body.fork_step)
             project = s.scalar(select(Project.name).where(Project.id == run.project_id))
             if resumed:
                 self._resume(s, run, project, body)
                 run.status, run.finished, run.updated, run.last_seen = "running", None, now, now
             return run_to_dict(run, project), resumed
+
+    def _fork_source(self, s: Session, body) -> Run | None:
+        if body.fork_of is None:
+            return None
+        source = s.get(Run, body.fork_of)
+        if source is None:
+            raise NotFound(f"run {body.fork_of!r} does not exist, so it cannot be forked")
+        return source
+
+    def _copy_history(self, s: Session, source_id: str, run_id: str, last_step: int) -> None:
+        """A fork starts with its source's scalars and histograms up to `last_step`, as W&B's
+        `fork_from` does: its charts read as one run that took another path from that step on."""
+        conn = s.connection()
+        metrics = {}
+        for sid, key in s.execute(select(Series.id, Series.key).where(Series.run_id == source_id)):
+            steps, walls, values = self._load_raw(s, sid, None, last_step)
+            if len(steps):
+                metrics[key] = SimpleNamespace(steps=steps, walls=walls, values=values)
+        self._append_metrics(conn, run_id, metrics)
+        rows = s.execute(select(Histogram.key, Histogram.step, Histogram.wall, Histogram.values, Histogram.edges)
+                         .where(Histogram.run_id == source_id, Histogram.step <= last_step)).all()
+        if rows:
+            conn.execute(insert(Histogram), [{"run_id": run_id, "key": k, "step": st, "wall": w, "values": v, "edges": e}
+                                             for k, st, w, v, e in rows])
 
     def _resume(self, s: Session, run: Run, project: str, body) -> None:
         """Store what a resume changes (name, config, tags, parent): only the fields the client sent,

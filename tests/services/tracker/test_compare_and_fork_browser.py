@@ -1,0 +1,84 @@
+"""Browser tests (Debian's Chromium via Playwright): the compare readout names every run when runs
+log at different steps or on the wall-time axis, a run with a single point is drawn, and a forked
+run's page names the run and step it started from."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.services.tracker.browser import open_page
+from tests.services.tracker.helpers import ServerThread
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    from services.tracker.app import create_app
+    from services.tracker.store import Store
+    from shared import tracking
+
+    tmp = tmp_path_factory.mktemp("tracker-compare")
+    store = Store(f"sqlite:///{tmp}/tracker.db")
+    token = store.create_token("browser")
+    srv = ServerThread(lambda: create_app(store=store)).start()
+    common = dict(project="cmp", url=srv.url, token=token, spool_dir=str(tmp / "spool"), flush_interval=0.05)
+    ids = {}
+    for name, steps in (("even", range(0, 100, 2)), ("odd", range(1, 100, 2))):
+        run = tracking.init(name=name, **common)
+        for step in steps:
+            run.log({"loss": 3.0 - step / 100 + (0.2 if name == "odd" else 0)}, step=step)
+            time.sleep(0.002)
+        assert run.finish().complete
+        ids[name] = run.id
+    run = tracking.init(name="single", **common)
+    run.log({"loss": 1.0}, step=50)
+    assert run.finish().complete
+    ids["single"] = run.id
+    fork = tracking.init(name="even-forked", fork_from=ids["even"], fork_step=40, **common)
+    fork.log({"loss": 0.1})
+    assert fork.finish().complete
+    ids["fork"] = fork.id
+    yield srv.url, ids
+    srv.stop()
+    store.engine.dispose()
+
+
+def _readout_at(page, chart_id, x):
+    return page.evaluate(f"""(() => {{ const u = window.__tracker.charts[{chart_id!r}];
+        u.setCursor({{ left: u.valToPos({x}, 'x'), top: 10 }}); return u.readout.textContent; }})()""")
+
+
+def test_compare_readout_names_every_run_when_runs_log_at_different_steps(site, page):
+    url, ids = site
+    open_page(page, f"{url}/compare?runs={ids['even']}&runs={ids['odd']}&runs={ids['single']}")
+    text = _readout_at(page, "loss", 51)
+    assert "odd 2.69" in text and "even " in text and "single 1 (at 50)" in text, text
+    page.select_option("#x-axis", "wall")
+    mid = page.evaluate("(() => { const u = window.__tracker.charts['loss']; return u.data[0][Math.floor(u.data[0].length / 2)]; })()")
+    text = _readout_at(page, "loss", mid)
+    assert all(name in text for name in ("even", "odd")), text
+    assert not page.errors
+
+
+def test_a_run_with_a_single_point_is_drawn_on_the_compare_chart(site, page):
+    url, ids = site
+    open_page(page, f"{url}/compare?runs={ids['even']}&runs={ids['odd']}&runs={ids['single']}")
+    green = page.evaluate("""(() => { const u = window.__tracker.charts['loss'];
+        const x = Math.round(u.valToPos(50, 'x', true)), y = Math.round(u.valToPos(1.0, 'y', true));
+        const d = u.ctx.getImageData(x - 4, y - 4, 9, 9).data; let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i + 1] > 120 && d[i] < 80 && d[i + 2] < 110 && d[i + 3] > 200) n++;
+        return n; })()""")
+    assert green >= 4, green  # the single run's colour (#16a34a) at its one point
+    assert not page.errors
+
+
+def test_a_forked_run_names_its_source_and_step_and_holds_the_sources_points(site, page):
+    url, ids = site
+    open_page(page, f"{url}/runs/{ids['fork']}")
+    text = page.locator("#fork-of").inner_text()
+    assert "forked from even at step 40" in text
+    assert page.locator("#fork-of a").get_attribute("href") == f"/runs/{ids['even']}"
+    steps = page.evaluate("window.__tracker.charts['loss'].data[0]")
+    assert steps[:3] == [0, 2, 4] and steps[-2:] == [40, 41]
+    assert not page.errors
