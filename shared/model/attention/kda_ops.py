@@ -18,9 +18,14 @@ Layout everywhere: q, k (B, H, T, K); v (B, H, T, V); g (B, H, T, K) log-decay â
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+log = logging.getLogger(__name__)
 
 
 def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float) -> Tensor:
@@ -94,11 +99,18 @@ def _intra_chunk(q_c: Tensor, k_c: Tensor, v_c: Tensor, beta_c: Tensor, G_c: Ten
     return U0, W, A_qk, q_c * G_c.exp(), k_c * (G_last - G_c).exp(), G_last.exp().transpose(-1, -2)
 
 
+@functools.cache
 def fla_chunk_kda_available() -> bool:
-    """True when flash-linear-attention's Triton KDA kernel can be imported (the `gpu` extra)."""
+    """True when flash-linear-attention's Triton KDA kernel can be imported (the `gpu` extra).
+
+    Any failure counts (fla imports Triton and CUDA pieces that fail in more ways than
+    ImportError), and the fallback to `kda_chunked` is logged once per process with the reason: a
+    GPU run that meant to use fla and silently ran our kernel would be slower for no visible cause."""
     try:
         from fla.ops.kda import chunk_kda  # noqa: F401
-    except Exception:
+    except Exception as exc:
+        log.warning("flash-linear-attention's chunk_kda is not usable (%s: %s); KDA runs on kda_chunked",
+                    type(exc).__name__, exc)
         return False
     return True
 

@@ -1,4 +1,4 @@
-"""The transformer-engine path's plumbing, on CPU, against a stand-in `transformer_engine`.
+"""Wiring tests of the transformer-engine path, on CPU, against a stand-in `transformer_engine` (not TE itself).
 
 The real TE needs CUDA (its numerics are checked by the `gpu` tests); these tests check what is
 ours: our weight goes into TE's weight slot only for the call and gets its gradient through
@@ -84,7 +84,7 @@ def fake_te(monkeypatch):
 
 
 @pytest.mark.parametrize("scaling,modules", [("current", 1), ("delayed", 3)])
-def test_grouped_gemm_feeds_our_weight_to_te_and_gets_its_gradient(fake_te, scaling, modules):
+def test_wiring_grouped_gemm_feeds_our_weight_to_a_stand_in_te_and_gets_its_gradient(fake_te, scaling, modules):
     cfg = PrecisionConfig(expert="fp8", fp8_granularity="tensor", fp8_scaling=scaling, backend="te")
     runner = te_backend.TELinearRunner(cfg, "fp8")
     gmm = LowPrecisionGroupedMM(experts_mod.gemm_recipe(cfg), 4, ((32, 16),), runner, require_te=True)
@@ -108,7 +108,7 @@ def _model(*overrides):
     return MoETransformer(cfg.model)
 
 
-def test_te_backend_keeps_names_and_state_and_wraps_each_forward_in_one_te_autocast(fake_te):
+def test_wiring_te_backend_keeps_names_and_state_and_wraps_each_forward_in_one_stand_in_te_autocast(fake_te):
     te_model = _model("model.moe.precision.expert=fp8", "model.moe.precision.dense=fp8", "model.moe.precision.backend=te")
     emu_model = _model("model.moe.precision.expert=fp8", "model.moe.precision.dense=fp8")
     assert te_model.moe_layers()[0].experts.gmm.te is not None

@@ -68,3 +68,23 @@ def test_fla_kernel_matches_ours_on_cuda():
     ours = kda_chunked(*inputs, 64**-0.5, 64)
     theirs = kda_fla(*inputs, 64**-0.5)
     torch.testing.assert_close(theirs.float(), ours, rtol=2e-3, atol=2e-3)
+
+
+def test_fla_fallback_logs_once_why_it_falls_back(monkeypatch, caplog):
+    import sys
+
+    from shared.model.attention import kda_ops
+
+    monkeypatch.setitem(sys.modules, "fla", None)  # `import fla…` raises ImportError
+    monkeypatch.setitem(sys.modules, "fla.ops", None)
+    monkeypatch.setitem(sys.modules, "fla.ops.kda", None)
+    kda_ops.fla_chunk_kda_available.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="shared.model.attention.kda_ops"):
+            assert not kda_ops.fla_chunk_kda_available()
+            assert not kda_ops.fla_chunk_kda_available()
+    finally:
+        kda_ops.fla_chunk_kda_available.cache_clear()
+    records = [r for r in caplog.records if r.name == "shared.model.attention.kda_ops"]
+    assert len(records) == 1
+    assert "ModuleNotFoundError" in records[0].getMessage() and "kda_chunked" in records[0].getMessage()
