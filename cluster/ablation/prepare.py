@@ -1,6 +1,7 @@
 """Everything an ablation checks and builds before the first arm trains.
 
-Arms → documents (raw globs as they are, or the data filter run with the arm's overrides) →
+Arms → documents (raw globs as they are, the data filter run with the arm's overrides, or the
+scorer's scored set re-selected at the arm's keep rate: keep_rate.py) →
 held-out texts removed from every arm → one tokenizer for every arm (given, or trained on an equal
 sample of each arm's documents, so no arm's vocabulary is favoured) → each arm's token shards →
 the token budget check. Any of these failing stops the ablation before any training starts: a
@@ -29,11 +30,14 @@ PREPARED = "prepared.json"
 
 @dataclass
 class ArmPlan:
-    """One arm ready to train: its config (without seed and run name) and what its data holds."""
+    """One arm ready to train: its config (without seed and run name), what its data holds, and
+    `data_key`, which changes whenever its documents or the shared tokenizer do (its shard paths
+    stay the same, so the config alone cannot tell a finished run on the old data from one on the new)."""
 
     name: str
     cfg: ExperimentConfig
     report: dict[str, Any]
+    data_key: str = ""
 
 
 def budget_tokens(cfg: ExperimentConfig) -> int:
@@ -43,6 +47,11 @@ def budget_tokens(cfg: ExperimentConfig) -> int:
 
 def _arm_files(cfg: ExperimentConfig, arm: ArmConfig, root: Path, log) -> tuple[list[Path], Any]:
     """The files an arm's recipe names, and what identifies them (for the prepared-data key)."""
+    if arm.scores is not None:
+        from cluster.ablation.keep_rate import select_at_keep_rate
+
+        log(f"ablation: arm {arm.name}: the scorer's documents at keep rate {arm.keep_rate:.0%} from {arm.scores}")
+        return select_at_keep_rate(arm.name, arm.scores, arm.keep_rate, root / "selected")
     if arm.filter is None:
         files = expand(arm.documents, f"ablation arm {arm.name!r}")
         return files, file_fingerprints([str(f) for f in files])
@@ -143,22 +152,27 @@ def prepare(cfg: ExperimentConfig, log=print) -> tuple[list[ArmPlan], dict[str, 
 
     arm_docs: dict[str, list[Path]] = {}
     arm_counts: dict[str, dict] = {}
+    arm_keys: dict[str, str] = {}
     eval_key = file_fingerprints([str(f) for f in eval_files])
     for arm in a.arms:
         root = out / "arms" / arm.name
         files, source_key = _arm_files(cfg, arm, root, log)
         key = digest({"recipe": arm.model_dump(mode="json"), "sources": source_key, "held_out": eval_key})
         marker = root / PREPARED
+        arm_keys[arm.name] = key
         if marker.is_file() and (done := json.loads(marker.read_text())).get("key") == key:
             arm_docs[arm.name] = [Path(p) for p in done["documents"]]
             arm_counts[arm.name] = done["counts"]
             continue
+        selection = source_key.get("selection") if isinstance(source_key, dict) else None
         shutil.rmtree(root / "documents", ignore_errors=True)
         shutil.rmtree(root / "tokens", ignore_errors=True)
         shutil.rmtree(root / "tokens-eval", ignore_errors=True)
         docs, counts = write_arm_documents(arm.name, files, held_out, root / "documents")
-        arm_docs[arm.name], arm_counts[arm.name] = docs, counts.as_dict()
-        atomic_write_json(marker, {"key": key, "documents": [str(d) for d in docs], "counts": counts.as_dict()})
+        arm_docs[arm.name] = docs
+        arm_counts[arm.name] = {**counts.as_dict(), **({"keep_rate": arm.keep_rate, "selection": selection}
+                                                       if selection is not None else {})}
+        atomic_write_json(marker, {"key": key, "documents": [str(d) for d in docs], "counts": arm_counts[arm.name]})
         log(f"ablation: arm {arm.name}: {counts.written} documents ({counts.held_out_removed} held-out removed, "
             f"{sum(counts.malformed.values())} malformed)")
 
@@ -187,7 +201,8 @@ def prepare(cfg: ExperimentConfig, log=print) -> tuple[list[ArmPlan], dict[str, 
         manifest = json.loads((root / "tokens" / "manifest.json").read_text())
         check_budget(arm.name, manifest, arm.rates, budget, a.max_epochs)
         plans.append(ArmPlan(arm.name, arm_cfg, {"documents": arm_counts[arm.name], "tokens": manifest["tokens"],
-                                                 "sources": {k: v["tokens"] for k, v in manifest["sources"].items()}}))
+                                                 "sources": {k: v["tokens"] for k, v in manifest["sources"].items()}},
+                             data_key=digest({"documents": arm_keys[arm.name], "tokenizer": tok.hash})))
     report = {"budget_tokens": budget, "tokenizer": {"path": str(tok.path), "hash": tok.hash},
               "held_out": held_counts.as_dict()}
     return plans, report

@@ -35,14 +35,15 @@ class ArmSeed:
     arm: str
     seed: int
     cfg: ExperimentConfig
+    data_key: str = ""
 
     @property
     def result_file(self) -> Path:
         return Path(self.cfg.train.out_dir) / self.cfg.train.run_name / RESULT
 
     def key(self) -> str:
-        """What decides the result: the config without where it reports to."""
-        return digest({"cfg": self.cfg.model_dump(mode="json", exclude={"tracker"})})
+        """What decides the result: the config without where it reports to, and the arm's data."""
+        return digest({"cfg": self.cfg.model_dump(mode="json", exclude={"tracker"}), "data": self.data_key})
 
 
 def arm_seeds(plans: list[ArmPlan], seeds: list[int], parent_run: str | None) -> list[ArmSeed]:
@@ -54,7 +55,7 @@ def arm_seeds(plans: list[ArmPlan], seeds: list[int], parent_run: str | None) ->
                 "train": plan.cfg.train.model_copy(update={"seed": seed, "run_name": f"{plan.name}-s{seed}"}),
                 "tracker": plan.cfg.tracker.model_copy(update={"parent": parent_run}),
             })
-            out.append(ArmSeed(plan.name, seed, cfg))
+            out.append(ArmSeed(plan.name, seed, cfg, plan.data_key))
     return out
 
 

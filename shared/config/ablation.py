@@ -1,7 +1,8 @@
 """Ablation section: K data arms × S seeds of the same proxy, compared on the same evaluations.
 
 Each arm names only its data recipe (which documents, optionally run through the data filter
-with the arm's own overrides, optionally re-weighted); the model, optimizer, schedule, token
+with the arm's own overrides, or the scorer's scored set re-selected at another keep rate,
+optionally re-weighted); the model, optimizer, schedule, token
 budget (train.steps × tokens per step) and tokenizer are the experiment's and shared by every
 arm, so a difference between arms is a difference between their data.
 """
@@ -25,6 +26,14 @@ class ArmConfig(Section):
         None, description="Run the data filter over data.inputs with these overrides on data.filter ({} = as configured); "
                           "replaces `documents`.",
     )
+    scores: str | None = Field(
+        None, description="The scorer's scored set (the folder whose manifest.json lists the score stage's shards, "
+                          "e.g. runs/pipeline/demo/scorer/scores), re-selected at `keep_rate`; replaces `documents`.",
+    )
+    keep_rate: float | None = Field(
+        None, gt=0, le=1, description="With `scores`: fraction of each source's scored documents kept, highest "
+                                      "scorer quality first (the scorer's per-source threshold set at this rate).",
+    )
     rates: dict[str, float] = Field(
         default_factory=dict, description="Mixture rates per source for this arm; empty: each source by its tokens.",
     )
@@ -33,8 +42,12 @@ class ArmConfig(Section):
     def _one_recipe(self) -> ArmConfig:
         if not self.name:
             raise ValueError("every arm needs a name (letters, digits, _ . -)")
-        if bool(self.documents) == (self.filter is not None):
-            raise ValueError(f"arm {self.name!r} needs exactly one recipe: `documents` (globs) or `filter` (overrides)")
+        if sum((bool(self.documents), self.filter is not None, self.scores is not None)) != 1:
+            raise ValueError(f"arm {self.name!r} needs exactly one recipe: `documents` (globs), `filter` (overrides) "
+                             "or `scores` (the scorer's scored set, with `keep_rate`)")
+        if (self.scores is None) != (self.keep_rate is None):
+            raise ValueError(f"arm {self.name!r}: `scores` and `keep_rate` go together (the scored set and the "
+                             "fraction of each source to keep from it)")
         bad = {k: v for k, v in self.rates.items() if not v >= 0}
         if bad or (self.rates and sum(self.rates.values()) <= 0):
             raise ValueError(f"arm {self.name!r}: rates must be non-negative and not all zero, got {self.rates}")
@@ -70,6 +83,10 @@ class AblationConfig(Section):
     gpus_per_run: float = Field(0.0, ge=0, le=8, description="Ray GPUs per arm-seed task.")
     retries: int = Field(1, ge=0, le=5, description="Times a failed arm-seed is retried before it is reported as failed.")
     out_dir: str = Field("runs/ablation", min_length=1, description="Folder for the arms' data, runs and the report.")
+    pipeline_stage: bool = Field(
+        False, description="cluster.pipeline also runs this ablation, as a stage after the data stages (a rerun "
+                           "skips it while its config and the data before it are unchanged).",
+    )
 
     @model_validator(mode="after")
     def _arms_are_distinct_and_baseline_is_one(self) -> AblationConfig:

@@ -10,6 +10,8 @@ import pytest
 from cluster.ablation import run_ablation
 from cluster.ablation.documents import RecipeError
 from cluster.ablation.prepare import prepare
+from cluster.ablation.runs import arm_seeds, finished
+from shared.data.atomic import atomic_write_json
 from tests.cluster.ablation_corpus import ablation_config, write_jsonl
 
 
@@ -29,6 +31,7 @@ def fails_for_noisy_seed_1(checkpoint: str, cfg) -> dict[str, float]:
     return checkpoint_step(checkpoint, cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_every_arm_seed_is_reported_and_a_rerun_reuses_them(ray_local, tmp_path):
     cfg = ablation_config(tmp_path)
@@ -56,6 +59,7 @@ def test_every_arm_seed_is_reported_and_a_rerun_reuses_them(ray_local, tmp_path)
     assert again["comparisons"] == report["comparisons"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_failed_arm_seed_is_retried_once_then_reported_not_dropped(ray_local, tmp_path):
     cfg = ablation_config(tmp_path)
@@ -96,3 +100,20 @@ def test_rates_naming_a_source_the_arm_lacks_are_refused(tmp_path):
     cfg = cfg.model_copy(update={"ablation": cfg.ablation.model_copy(update={"arms": arms})})
     with pytest.raises(RecipeError, match="rates name source 'code', which none of its documents carry"):
         prepare(cfg, log=lambda *_: None)
+
+
+def test_a_finished_arm_seed_is_not_reused_once_its_arm_data_changed(tmp_path):
+    """The arm's shard paths stay the same when its documents change: the result key must see the data."""
+    cfg = ablation_config(tmp_path)
+
+    def items():
+        plans, _ = prepare(cfg, log=lambda *_: None)
+        return {(i.arm, i.seed): i for i in arm_seeds(plans, [0], None)}
+
+    before = items()
+    for item in before.values():
+        atomic_write_json(item.result_file, {"key": item.key(), "metrics": {"eval/loss": 1.0}})
+    assert all(finished(i) is not None for i in items().values())  # unchanged: reused
+    with (tmp_path / "corpus" / "noisy.jsonl").open("a") as fh:
+        fh.write(json.dumps({"text": "a new noisy document " * 20, "source": "prose"}) + "\n")
+    assert finished(items()[("noisy", 0)]) is None
