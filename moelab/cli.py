@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "moelab.commands.score",
     "moelab.commands.ablate",
     "moelab.commands.eval",
+    "moelab.commands.export",
 )
 
 

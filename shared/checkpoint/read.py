@@ -187,6 +187,13 @@ def _load_tensors(ckpt: Path, state: dict[str, torch.Tensor]) -> None:
                               "the checkpoint is truncated or corrupt, use another step_* folder") from None
 
 
+@torch.no_grad()
+def route_with_live_bias(model: MoETransformer) -> None:
+    """Copy every router's live bias into the average's slot, which eval mode selects with here."""
+    for layer in model.moe_layers():
+        layer.router.expert_bias_avg_E.copy_(layer.router.expert_bias_E)
+
+
 def load_trained_model(path: str | os.PathLike, *, bias: BiasChoice = "average", device: str = "cpu",
                        require_tokenizer: bool = False) -> TrainedModel:
     """The model saved at `path` (a run folder or a `step_*` folder), fp32, in eval mode, on `device`.
@@ -218,10 +225,9 @@ def load_trained_model(path: str | os.PathLike, *, bias: BiasChoice = "average",
     _load_tensors(ckpt, state)
     for key in unsaved:  # a checkpoint from before the router kept an average: the average is the bias
         state[key] = state[key.replace("expert_bias_avg_E", "expert_bias_E")].clone()
-    if bias == "live":
-        for key in [k for k in state if k.endswith("expert_bias_avg_E")]:
-            state[key] = state[key.replace("expert_bias_avg_E", "expert_bias_E")].clone()
     model.load_state_dict(state)
+    if bias == "live":
+        route_with_live_bias(model)
     model.to(device).eval()
     tokenizer, why = _load_tokenizer(cfg, run)
     loaded = TrainedModel(model=model, cfg=cfg, checkpoint=ckpt, meta=meta, tokenizer=tokenizer, bias=bias,

@@ -1,0 +1,1 @@
+"""Exporter service: a moelab checkpoint as a Hugging Face model directory, checked by a round trip."""
