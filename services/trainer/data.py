@@ -10,6 +10,7 @@ same tokens, so their spread is the runs' spread and not that of two different e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -49,7 +50,11 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
     """Raw JSONL documents (e.g. the demo corpus) → Parquet (id, text, source) the tokenizer reads.
 
     Only records with a string `text` are kept; the count of the others is logged, never hidden.
-    Parquet globs pass through unchanged.
+    A pattern matching no raw file passes through unchanged (a Parquet glob, or one that matches
+    nothing, which the shard build then names); the Parquet files a pattern matches beside raw ones
+    pass through too. A copy is named after its file's stem plus a hash of the file's full path:
+    `a/notes.jsonl` and `b/notes.jsonl.gz` are two copies, not one overwriting the other. The
+    documents' `source` stays the file's stem, which is what `mixture.rates` names.
     """
     import glob
     import gzip
@@ -64,8 +69,10 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
         if not raw:
             result.append(pattern)
             continue
+        result.extend(f for f in files if f.endswith(".parquet"))
         for path in raw:
-            target = out / (Path(path).name.split(".")[0] + ".parquet")
+            stem = Path(path).name.split(".")[0]
+            target = out / f"{stem}-{_path_hash(path)}.parquet"
             result.append(str(target))
             made_from = target.with_name(target.name + ".source.json")
             st = os.stat(path)
@@ -84,8 +91,8 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
                     if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
                         bad += 1
                         continue
-                    rows.append({"id": str(rec.get("id", f"{target.stem}-{i}")), "text": rec["text"],
-                                 "source": str(rec.get("source", target.stem))})
+                    rows.append({"id": str(rec.get("id", f"{stem}-{i}")), "text": rec["text"],
+                                 "source": str(rec.get("source", stem))})
             if bad:
                 log.warning("%s: %d records without a string text skipped", path, bad)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +101,11 @@ def materialize_raw(cfg: ExperimentConfig, globs: list[str], out: Path) -> list[
             tmp.replace(target)
             atomic_write_json(made_from, identity)
     return result
+
+
+def _path_hash(path: str) -> str:
+    """A short, stable name part for a raw file's full path (its copy's name must not depend on the stem alone)."""
+    return hashlib.sha256(os.path.abspath(path).encode("utf-8")).hexdigest()[:10]
 
 
 def with_parquet_documents(cfg: ExperimentConfig) -> ExperimentConfig:
