@@ -18,7 +18,7 @@ def _print_table(metrics: dict[str, float]) -> None:
 
 
 def run_eval(checkpoint: str, tasks: str, *, limit: int | None, batch_size: int, bpb: bool,
-             seq_len: int | None) -> dict[str, float]:
+             seq_len: int | None, reference_texts: int | None = None) -> dict[str, float]:
     """Load the checkpoint, score BPB per reference set, run `tasks` (names or a local path) in lm-eval."""
     from shared.checkpoint.read import CheckpointError, load_trained_model
     from shared.eval.reference_sets import ReferenceSetError
@@ -37,7 +37,7 @@ def run_eval(checkpoint: str, tasks: str, *, limit: int | None, batch_size: int,
     if bpb:
         try:
             metrics.update(evaluate_model(loaded.model, loaded.tokenizer, seq_len=seq_len, batch_size=batch_size,
-                                          include_tasks=False))
+                                          include_tasks=False, reference_texts=reference_texts))
         except ReferenceSetError as exc:
             typer.secho(f"moelab eval: {exc}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2) from None
@@ -79,11 +79,14 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(None, "--limit", min=1, help="Score only the first N items of each task."),
         batch_size: int = typer.Option(8, "--batch-size", min=1, help="Sequences per forward."),
         bpb: bool = typer.Option(True, "--bpb/--no-bpb", help="Bits per byte on every reference set (data/reference)."),
+        reference_texts: int = typer.Option(None, "--reference-texts", min=1,
+                                            help="Score only the first N texts of each reference set (quicker, noisier)."),
         seq_len: int = typer.Option(None, "--seq-len", min=8, help="Scoring window (default: the run's train.seq_len)."),
         output: Path = typer.Option(None, "--output", "-o", help="Also write the metrics as JSON here (atomically)."),
     ) -> None:
         """Evaluate a checkpoint: BPB per reference set and task accuracy/acc_norm/log-prob through lm-eval."""
-        metrics = run_eval(checkpoint, tasks, limit=limit, batch_size=batch_size, bpb=bpb, seq_len=seq_len)
+        metrics = run_eval(checkpoint, tasks, limit=limit, batch_size=batch_size, bpb=bpb, seq_len=seq_len,
+                           reference_texts=reference_texts)
         _print_table(metrics)
         if output is not None:
             from shared.data.atomic import atomic_write_json
