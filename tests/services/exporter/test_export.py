@@ -147,3 +147,36 @@ def test_missing_tokenizer_is_an_error_naming_it(tiny_export, tmp_path):
     with pytest.raises(CheckpointError, match=f"{tmp_path / 'no-tok'}.*tokenizer.*missing"):
         export_checkpoint(copy, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_cli_export_overwrites_and_generate_streams_with_tokens_per_second(tiny_export):
+    from typer.testing import CliRunner
+
+    from moelab.cli import app
+
+    tmp, run, _ = tiny_export
+    runner = CliRunner()
+    refused = runner.invoke(app, ["export", str(run), str(tmp / "hf")])
+    assert refused.exit_code == 1 and "--overwrite" in refused.output
+    done = runner.invoke(app, ["export", str(run), str(tmp / "hf"), "--overwrite", "--greedy-tokens", "4"])
+    assert done.exit_code == 0, done.output
+    figures = json.loads(done.output.strip().splitlines()[-1])
+    assert figures["architecture"] == "Glm4MoeForCausalLM" and figures["greedy_equal"]
+    gen = runner.invoke(app, ["generate", str(run), "--prompt", "The for statement", "-n", "6", "--no-stop-at-eos"])
+    assert gen.exit_code == 0, gen.output
+    assert gen.output.startswith("The for statement") and "tokens/s (KV cache)" in gen.output
+    sampled = runner.invoke(app, ["generate", str(run), "-p", "x", "-n", "3", "-t", "0.8", "--top-k", "5",
+                                  "--top-p", "0.9", "--seed", "2"])
+    assert sampled.exit_code == 0, sampled.output
+
+
+def test_export_is_recorded_as_an_artifact_of_the_source_run_offline(tmp_path):
+    spool = tmp_path / "spool"
+    run, _ = make_run(tmp_path, "tracked", "tracker.mode=offline", f"tracker.spool_dir={spool}",
+                      meta={"tracker_run_id": "run-abc123"})
+    result = export_checkpoint(run, tmp_path / "hf", greedy_tokens=4)
+    lines = [json.loads(line) for f in spool.glob("*.jsonl") for line in f.read_text().splitlines()]
+    text = json.dumps(lines)
+    assert "run-abc123" in {f.stem for f in spool.glob("*.jsonl")}
+    assert '"artifact"' in text and str(result.out) in text and "Glm4MoeForCausalLM" in text
+    assert "max_abs_logit_diff" in text and str(result.checkpoint) in text

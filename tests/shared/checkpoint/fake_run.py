@@ -47,7 +47,7 @@ def perturb_biases(model: MoETransformer, seed: int = 1) -> None:
 
 
 def make_run(tmp: Path, name: str = "tiny", *overrides: str, recipe: str = "tiny.yaml", steps: tuple[int, ...] = (3,),
-             seed: int = 0) -> tuple[Path, MoETransformer]:
+             seed: int = 0, meta: dict | None = None) -> tuple[Path, MoETransformer]:
     """Write a run folder with a checkpoint at each of `steps`; returns it and the model saved last."""
     cfg = fake_cfg(tmp, name, *overrides, recipe=recipe)
     run = Path(cfg.train.out_dir) / name
@@ -59,5 +59,5 @@ def make_run(tmp: Path, name: str = "tiny", *overrides: str, recipe: str = "tiny
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     manager = CheckpointManager(run / "checkpoints", keep_last=len(steps))
     for step in steps:
-        manager.save(step, model, opt, {"note": "fake"})
+        manager.save(step, model, opt, meta or {"note": "fake"})
     return run, model
