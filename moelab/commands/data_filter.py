@@ -39,7 +39,8 @@ def register_data(group: typer.Typer) -> None:
             raise typer.Exit(code=2)
         from tqdm import tqdm
 
-        from services.data_filter.pipeline import RunMismatch, run
+        from services.data_filter.pipeline import run
+        from services.data_filter.rerun import RunMismatch
 
         bar = tqdm(desc="filter units", unit="unit")
 

@@ -10,7 +10,8 @@ Layout of `out_dir`:
   stats.json              per-stage counts (in, kept, removed per reason, bytes, seconds), funnel
   rejects.jsonl           every bad input line with its file, line and reason
   removed_samples.jsonl   up to `samples_per_reason` removed documents per (filter, reason)
-  work/                   per-unit results, the fitted pass, the dedup map; what a rerun resumes from
+  work/                   the plan (inputs' bytes, settings), per-unit results, the fitted pass, the dedup map;
+                          what a rerun resumes from, and what a changed input rebuilds (see rerun.py)
 Determinism: units are planned from the inputs alone, each unit's rows keep file order, dedup
 keeps the first document of a cluster, shards are cut by row count; so 1 worker, 2 workers and
 a killed-then-resumed run write byte-identical shards.
@@ -35,20 +36,17 @@ from services.data_filter.fitting import fitted_path, run_fitted
 from services.data_filter.io.readers import Unit, plan_units
 from services.data_filter.io.writer import OUTPUT_SCHEMA, sha256, write_json, write_jsonl, write_parquet
 from services.data_filter.report import report_funnel
+from services.data_filter.rerun import make_plan, plan_fingerprint, reconcile, refuse_inputs_inside
 from services.data_filter.worker import UnitProcessor, meta_json, unit_paths
 from shared.config.data import DataConfig
 
 Progress = Callable[[int, int], None]
 
 
-class RunMismatch(RuntimeError):
-    """out_dir already holds a run of different inputs or settings."""
-
-
-def fingerprint(data: DataConfig, units: list[Unit]) -> str:
+def settings_hash(data: DataConfig) -> str:
+    """The filter settings an output depends on (not how many workers or where Ray runs)."""
     body = json.dumps({"filter": data.filter.model_dump(mode="json", exclude={"workers", "actor_cpus", "ray_address"}),
-                       "chains": {k: c.model_dump(mode="json") for k, c in data.resolved_chains().items()},
-                       "units": [dataclasses.asdict(u) for u in units]}, sort_keys=True)
+                       "chains": {k: c.model_dump(mode="json") for k, c in data.resolved_chains().items()}}, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -66,14 +64,10 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
     work = out / "work"
     t_start = time.perf_counter()
     units = plan_units(data.inputs, fcfg.unit_bytes)
-    fp = fingerprint(data, units)
-    plan_file = work / "plan.json"
-    if plan_file.is_file():
-        old = json.loads(plan_file.read_text()).get("fingerprint")
-        if old != fp:
-            raise RunMismatch(f"{out} holds a run with other inputs or filter settings; remove it or choose another out_dir")
-    else:
-        write_json({"fingerprint": fp, "units": [dataclasses.asdict(u) for u in units]}, plan_file)
+    refuse_inputs_inside(out, units)
+    plan = make_plan(settings_hash(data), units)
+    fp = plan_fingerprint(plan)
+    rebuilt = reconcile(out, work, plan, lambda index: unit_paths(work, index))
     pending = [u for u in units if not unit_paths(work, u.index)["stats"].is_file()]
     done = len(units) - len(pending)
     if progress:
@@ -114,6 +108,8 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
                                                    fcfg.samples_per_reason)
     stats = _summarise(unit_stats, dups, written, filter_seconds, dedup_seconds, time.perf_counter() - t_start)
     stats["fitted"] = fitted_summary
+    if rebuilt:
+        stats["rebuilt"] = rebuilt
     _merge_side_files(units, work, out, extra_samples, fcfg.samples_per_reason)
     stats["tracker"] = report_funnel(stats, experiment)
     write_json(stats, out / "stats.json")

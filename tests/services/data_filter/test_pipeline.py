@@ -21,7 +21,7 @@ from services.data_filter.filters.fineweb import FineWebFilter
 from services.data_filter.filters.gopher_quality import GopherQualityFilter
 from services.data_filter.filters.language import LanguageFilter
 from services.data_filter.filters.repetition import RepetitionFilter
-from services.data_filter.pipeline import RunMismatch, run
+from services.data_filter.pipeline import run
 from shared.config.data import DataConfig
 from tests.services.data_filter import realtext
 
@@ -154,13 +154,6 @@ def test_math_chain_keeps_latex_that_the_web_chain_removes(tmp_path):
     math = run(config([src], kind="math"), tmp_path / "math")
     assert math["written"] == len(docs)
     assert web["written"] < len(docs)
-
-
-def test_a_rerun_with_other_settings_in_the_same_out_dir_is_refused(tmp_path):
-    src = write_jsonl(tmp_path / "in.jsonl", prose_records(5))
-    run(config([src]), tmp_path / "out")
-    with pytest.raises(RunMismatch, match="other inputs or filter settings"):
-        run(config([src], shard_docs=3), tmp_path / "out")
 
 
 def test_killed_run_resumed_gives_byte_identical_output(tmp_path):
