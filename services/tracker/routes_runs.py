@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from services.tracker.security import Access
-from services.tracker.store import Conflict, NotFound, Store
+from services.tracker.store import Conflict, NotFound, RunQuery, Store
 from services.tracker.validation import parse_body
 from shared.tracking.schema import RunCreate, RunFinish
 
@@ -56,17 +56,34 @@ def runs_router(store: Store, access: Access) -> APIRouter:
     def projects() -> list:
         return store.projects()
 
-    @r.get("/api/runs", dependencies=read, tags=["runs"], summary="List/search runs by project, status, tag, text, parent")
+    @r.get("/api/runs", dependencies=read, tags=["runs"],
+           summary="The runs table: filter (project, status, tag, text, parent, config), sort, page, chosen "
+                   "metric/config columns; `changed_after` returns only runs changed since a previous answer's `now`")
     def list_runs(
         project: str | None = None,
         status: str | None = None,
         tag: Annotated[list[str] | None, Query()] = None,
         q: Annotated[str | None, Query(max_length=200)] = None,
         parent: str | None = None,
+        top: Annotated[bool, Query(description="Only runs without a parent")] = False,
+        config: Annotated[list[str] | None, Query(description="path=value conditions on the config")] = None,
+        sort: Annotated[str, Query(max_length=300, description="created, name, status, updated, metric:<key> "
+                                                                "or config:<path>")] = "created",
+        desc: bool = True,
+        metric: Annotated[list[str] | None, Query(max_length=32, description="Keys whose last value to add")] = None,
+        column: Annotated[list[str] | None, Query(max_length=32, description="Config paths to add")] = None,
+        brief: Annotated[bool, Query(description="Leave each run's whole config out")] = False,
+        changed_after: Annotated[float | None, Query(description="Only runs updated after this server time")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
-    ) -> dict:
-        return store.list_runs(project, status, tag, q, parent, limit, offset)
+    ) -> JSONResponse:
+        query = RunQuery(project=project, status=status, tags=tag or [], q=q, parent=parent, top=top,
+                         config=config or [], sort=sort, desc=desc, metrics=metric or [], columns=column or [],
+                         brief=brief, changed_after=changed_after, limit=limit, offset=offset)
+        try:
+            return JSONResponse(store.run_table(query))
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @r.get("/api/runs/{run_id}", dependencies=read, tags=["runs"])
     def get_run(run_id: str) -> dict:

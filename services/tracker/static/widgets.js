@@ -87,7 +87,8 @@ function funnels(container, byName) {
     })));
   }
   container.appendChild(el("div", { class: "card wide", "data-name": "per-source" },
-    el("h3", { text: `per source (${perSource.length}): documents left after each stage` }), table));
+    el("h3", { text: `per source (${perSource.length}): documents left after each stage` }),
+    el("div", { class: "table-scroll", id: "funnel-scroll" }, table)));  // many sources scroll, never clip
 }
 
 // Reliability diagram: each bin at (mean predicted, mean observed) against the diagonal, with its

@@ -14,7 +14,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -165,7 +165,8 @@ class RunStore(StoreBase):
             if not s.scalar(select(func.count()).select_from(Run).where(silent)):
                 return 0  # the common case costs one read and no write lock
         with self.writing() as s:
-            return s.execute(update(Run).where(silent).values(status="crashed", finished=seen)).rowcount or 0
+            # `updated` moves so the runs table's next poll (changed_after) picks the new status up
+            return s.execute(update(Run).where(silent).values(status="crashed", finished=seen, updated=now)).rowcount or 0
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         self.sweep_crashed()
@@ -176,34 +177,6 @@ class RunStore(StoreBase):
             if row is None:
                 raise NotFound(f"run {run_id!r} does not exist")
             return run_to_dict(row[0], row[1])
-
-    def list_runs(
-        self,
-        project: str | None = None,
-        status: str | None = None,
-        tags: list[str] | None = None,
-        q: str | None = None,
-        parent: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> dict[str, Any]:
-        self.sweep_crashed()
-        stmt = select(Run, Project.name).join(Project, Project.id == Run.project_id)
-        if project:
-            stmt = stmt.where(Project.name == project)
-        if status:
-            stmt = stmt.where(Run.status == status)
-        if parent:
-            stmt = stmt.where(Run.parent == parent)
-        for tag in tags or []:
-            stmt = stmt.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
-        if q:
-            pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            stmt = stmt.where(or_(Run.name.ilike(pattern, escape="\\"), Run.id.ilike(pattern, escape="\\")))
-        with self.reading() as s:
-            total = s.scalar(select(func.count()).select_from(stmt.subquery()))
-            rows = s.execute(stmt.order_by(Run.created.desc()).limit(limit).offset(offset)).all()
-            return {"total": total, "runs": [run_to_dict(r, p) for r, p in rows]}
 
     def children(self, run_id: str) -> list[dict[str, Any]]:
         """The run's child runs in start order, each with its figures (scalars logged once) and its
