@@ -1,0 +1,319 @@
+"""Every measured figure the docs quote comes from a file a command wrote, on the code as it is.
+
+Why: figures copied by hand into README and the guides drifted from their runs (labels that named
+the wrong configuration, a best-of-three quoted as the result, files older than the code they
+measured). This check reads each checked doc, finds every *figure* in it, and fails when
+
+- the figure is in none of the result files its paragraph may draw on (`benchmarks/results/**`,
+  the GPU run folders under `docs/gpu/`, sweep folders under `docs/hparam/`, transcripts under
+  `docs/transcripts/`): an unproduced figure; or
+- every file it is found in is *stale*: committed before the last commit that changed the code
+  that file measures (`CODE`, by benchmark), and the paragraph does not say so.
+
+A figure is a number with a decimal point, or a number followed by `×` or `%` (`0.79×`, `52.0k`,
+`20.4%`, `0.0304`); integers (counts, sizes, config values) and anything in a code span or code
+block are not figures. A figure matches a value when the value rounds to it at the precision the
+doc shows (also as a percentage, and in thousands for a `k` suffix); a range `0.35–0.38` is two
+figures. The match is by value over all the files, so a figure that happens to equal some value of
+an unrelated file passes: the check catches figures no run wrote and figures of stale runs, not a
+figure attributed to the wrong file (the benchmarks page and the guides' links do that).
+
+Honest exceptions are written in the doc, where a reader sees them, never in this script. A
+paragraph (text between blank lines; a table is one paragraph) may carry:
+
+- `(stale: <result file> ran on <commit>)`: its figures from that file stand although the code
+  moved on; `<commit>` must be the commit that last wrote the file;
+- `(code not checkable: tree <id>)`: figures of a run whose code is not in this repository (the
+  GPU runs made from an uncommitted tree); accepted for files under a folder that names the tree;
+- `(source: <what>)`: figures that are not measurements of this code (a paper's constant, a
+  default, arithmetic on other figures), counted and printed with each run.
+
+    python scripts/figure_provenance.py            # check the docs in CHECKED_DOCS; exit 1 on a failure
+    python scripts/figure_provenance.py --all      # also list the figures of the docs not yet checked
+
+`tests/scripts/test_figure_provenance.py` runs it in `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Docs whose every figure is checked. README and status are what a reader quotes first.
+CHECKED_DOCS = ("README.md", "docs/status.md", "docs/gpu-checks.md", "docs/gpu/README.md", "docs/train_step.md")
+# Docs not checked: the lab log is a dated record of what each run printed, and the benchmarks
+# page is generated from the result files (tests/scripts/test_benchmarks_page.py checks it).
+NOT_CHECKED = {"docs/LOG.md": "dated record", "docs/benchmarks.md": "generated from the result files"}
+# Files a figure may come from (globs under the repository root).
+SOURCES = ("benchmarks/results/**/*.json", "docs/gpu/**/*.json", "docs/gpu/**/*.jsonl", "docs/gpu/**/*.log",
+           "docs/gpu/**/*.txt", "docs/hparam/**/*.json", "docs/hparam/**/*.txt", "docs/transcripts/**/*.txt")
+# The code each benchmark's result measures (paths under the root): a result committed before the
+# last change to any of them is stale. Matched by the result file's name (its first dotted part,
+# longest benchmark name first) or its folder.
+CODE: dict[str, tuple[str, ...]] = {
+    "moe_layer": ("benchmarks/moe_layer.py", "shared/model/moe.py", "shared/model/router.py", "shared/kernels"),
+    "train_step": ("benchmarks/train_step.py", "shared/model", "shared/kernels", "shared/optim"),
+    "lm_head_loss": ("benchmarks/lm_head_loss.py", "shared/kernels"),
+    "attention": ("benchmarks/attention.py", "shared/model/attention"),
+    "cpu_attention": ("benchmarks/cpu_attention.py", "shared/model/attention", "shared/kernels"),
+    "cpu_gemm": ("benchmarks/cpu_gemm.py", "shared/kernels"),
+    "expert_fusion": ("benchmarks/expert_fusion.py", "shared/kernels"),
+    "ep_overlap": ("benchmarks/ep_overlap.py", "services/trainer/parallel.py", "shared/kernels"),
+    "tokenize": ("benchmarks/tokenize.py", "shared/data"),
+    "data_filter": ("benchmarks/data_filter.py", "services/data_filter"),
+    "data_quality": ("benchmarks/data_quality.py", "benchmarks/quality_corpus.py", "services/data_filter"),
+    "demo_filter": ("benchmarks/demo_filter.py", "services/data_filter"),
+    "scorer_pairs": ("benchmarks/scorer_pairs.py", "services/scorer"),
+    "scorer": ("benchmarks/scorer.py", "services/scorer"),
+    "tracker": ("benchmarks/tracker.py", "services/tracker", "shared/tracking"),
+    "router_balance": ("benchmarks/router_balance.py", "shared/model/router.py", "services/trainer/loop.py"),
+    "precision_gap": ("benchmarks/precision_gap.py", "shared/precision"),
+}
+# `×` right after the number is a ratio (`0.79×`); with a space or a number after it, a shape (`2,048 × 256`).
+FIGURE = re.compile(r"(?<![\w.\-/#=:+])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d)")
+# A version after a tool's name or a bound is not a figure (`Python ≥ 3.11`, `torch 2.11`).
+VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|lm-eval|[≥≤<>]=?)\s?v?\d+(?:\.\d+)+")
+STALE = re.compile(r"\(stale: `?([\w./\-]+)`? ran on `?([0-9a-f]{7,40})`?\)")
+UNCHECKABLE = re.compile(r"\(code not checkable: tree `?([0-9a-f]{7,40})`?\)")
+SOURCE_NOTE = re.compile(r"\(source: [^)]+\)")
+
+
+@dataclass
+class Figure:
+    text: str  # as written
+    value: float
+    decimals: int
+    suffix: str  # "", "×", "%", "k"
+
+
+@dataclass
+class Source:
+    path: str  # relative to ROOT
+    values: list[float]
+    commit: str | None  # the commit that last wrote the file
+    stale_since: str | None = None  # the later code commit that makes it stale
+
+    @property
+    def label(self) -> str:
+        return self.path
+
+
+@dataclass
+class Report:
+    failures: list[str] = field(default_factory=list)
+    checked: int = 0
+    stale_marked: int = 0
+    uncheckable: int = 0
+    source_noted: int = 0
+
+
+def figures_in(text: str) -> list[Figure]:
+    """The figures of one paragraph, code spans, link targets and version numbers removed."""
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = VERSION.sub(" ", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
+    out = []
+    for m in FIGURE.finditer(text):
+        whole, frac, suffix = m.group(1), m.group(2) or "", (m.group(3) or "").strip()
+        if not frac and not suffix:
+            continue
+        out.append(Figure(m.group(0).strip(), float(whole.replace(",", "") + frac), max(0, len(frac) - 1), suffix))
+    return out
+
+
+def paragraphs(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each paragraph outside fenced code blocks."""
+    out, block, start, fenced = [], [], 0, False
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            if block:
+                out.append((start, "\n".join(block)))
+                block = []
+            continue
+        if fenced:
+            continue
+        if not line.strip():
+            if block:
+                out.append((start, "\n".join(block)))
+                block = []
+            continue
+        if not block:
+            start = i
+        block.append(line)
+    if block:
+        out.append((start, "\n".join(block)))
+    return out
+
+
+def _numbers(obj) -> list[float]:
+    out: list[float] = []
+    if isinstance(obj, bool):
+        return out
+    if isinstance(obj, int | float):
+        if math.isfinite(obj):
+            out.append(float(obj))
+    elif isinstance(obj, str):
+        out += [float(m) for m in re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", obj.replace(",", ""))]
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _numbers(k) + _numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _numbers(v)
+    return out
+
+
+def read_values(path: Path) -> list[float]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".json":
+        try:
+            return _numbers(json.loads(text))
+        except json.JSONDecodeError:
+            pass
+    return _numbers(text)
+
+
+def _git(*args: str, root: Path) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+@cache
+def _last_commit(root: Path, paths: tuple[str, ...]) -> tuple[str, int] | None:
+    out = _git("log", "-1", "--format=%h %ct", "--", *paths, root=root)
+    if not out:
+        return None
+    commit, ts = out.split()
+    return commit, int(ts)
+
+
+def benchmark_of(rel: str) -> str | None:
+    name = Path(rel).name.split(".")[0]
+    parts = Path(rel).parts
+    if len(parts) > 3 and parts[:2] == ("benchmarks", "results") and parts[2] in CODE:
+        return parts[2]
+    return next((b for b in sorted(CODE, key=len, reverse=True) if name == b or name.startswith(b + "_")), None)
+
+
+def load_sources(root: Path) -> list[Source]:
+    out = []
+    for pattern in SOURCES:
+        for p in sorted(root.glob(pattern)):
+            rel = p.relative_to(root).as_posix()
+            wrote = _last_commit(root, (rel,))
+            src = Source(rel, read_values(p), wrote[0] if wrote else None)
+            bench = benchmark_of(rel)
+            if wrote and bench and not rel.startswith(("docs/gpu/", "benchmarks/results/gpu/")):
+                code = _last_commit(root, CODE[bench])
+                if code and code[1] > wrote[1]:
+                    src.stale_since = code[0]
+            out.append(src)
+    return out
+
+
+def _is_gpu(src: Source) -> bool:
+    return src.path.startswith(("docs/gpu/", "benchmarks/results/gpu/"))
+
+
+@cache
+def _rounded(values: tuple[float, ...], decimals: int) -> frozenset[float]:
+    return frozenset(round(v, decimals) for v in values)
+
+
+def found_in(fig: Figure, src: Source) -> bool:
+    """Whether a value of `src` rounds to `fig` at its precision (as a percentage too; in thousands for `k`)."""
+    scales = {"": (1,), "×": (1,), "%": (100, 1), "k": (1e-3,)}[fig.suffix]
+    return any(round(fig.value, fig.decimals) in _rounded(tuple(abs(v) * k for v in src.values), fig.decimals)
+               for k in scales)
+
+
+@cache
+def tree_of(folder: Path) -> str:
+    """The tree id a GPU run folder records (`tree <id>` or `commit <id>` in its README, env.txt or
+    commit.txt), '' where none."""
+    for name in ("commit.txt", "README.md", "env.txt"):
+        f = folder / name
+        if f.is_file():
+            m = re.search(r"\b(?:tree|commit)[\s:=]+`?([0-9a-f]{7,40})\b", f.read_text(encoding="utf-8", errors="replace"))
+            if m:
+                return m.group(1)[:7]
+    return ""
+
+
+def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> None:
+    text = (root / rel).read_text(encoding="utf-8")
+    for line, para in paragraphs(text):
+        stale_marks = STALE.findall(para)
+        trees = {t[:7] for t in UNCHECKABLE.findall(para)}
+        noted = bool(SOURCE_NOTE.search(para))
+        for fig in figures_in(para):
+            report.checked += 1
+            hits = [s for s in sources if found_in(fig, s)]
+            if any(not _is_gpu(s) and not s.stale_since for s in hits):
+                continue
+            if any(s.commit and s.path.endswith(f) and (c.startswith(s.commit) or s.commit.startswith(c))
+                   for s in hits for f, c in stale_marks):
+                report.stale_marked += 1
+                continue
+            if any(_is_gpu(s) and tree_of((root / s.path).parent) in trees for s in hits):
+                report.uncheckable += 1
+                continue
+            if noted:
+                report.source_noted += 1
+                continue
+            where = f"{rel}:{line}: {fig.text}"
+            gpu = [s for s in hits if _is_gpu(s)]
+            if not hits:
+                report.failures.append(f"{where} is in no result or transcript file; quote what a committed command "
+                                       "wrote, or say where it comes from with (source: …)")
+            elif gpu:
+                s = gpu[0]
+                tree = tree_of((root / s.path).parent) or "<id>"
+                report.failures.append(f"{where} comes from a GPU run ({s.path}) whose code is not in the repository; "
+                                       f"mark the paragraph (code not checkable: tree {tree})")
+            else:
+                s = hits[0]
+                report.failures.append(f"{where} comes from {s.path}, written on {s.commit} before the code it "
+                                       f"measures changed ({s.stale_since}); rerun it, or mark the paragraph "
+                                       f"(stale: {s.path} ran on {s.commit})")
+
+
+def run(root: Path = ROOT, docs: tuple[str, ...] = CHECKED_DOCS) -> Report:
+    sources = load_sources(root)
+    report = Report()
+    for rel in docs:
+        check_doc(rel, sources, root, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all", action="store_true", help="also count the failures in the docs not yet checked")
+    args = ap.parse_args(argv)
+    report = run()
+    for failure in report.failures:
+        print(failure, file=sys.stderr)
+    print(f"figure provenance: {report.checked} figures in {len(CHECKED_DOCS)} docs; "
+          f"{len(report.failures)} unproduced or stale; accepted as marked: {report.stale_marked} stale, "
+          f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source")
+    if args.all:
+        others = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+        others = [d for d in others if d not in CHECKED_DOCS and d not in NOT_CHECKED]
+        pending = run(docs=tuple(others))
+        print(f"not yet checked: {', '.join(others)}: {pending.checked} figures, {len(pending.failures)} would fail")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

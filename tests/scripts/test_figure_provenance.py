@@ -1,0 +1,94 @@
+"""Figures in README and the checked docs come from result files written on the code as it is
+(scripts/figure_provenance.py): planted unproduced and stale figures fail, marked ones pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scripts import figure_provenance as fp
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@t")
+    _git(tmp_path, "config", "user.name", "t")
+    (tmp_path / "shared" / "model").mkdir(parents=True)
+    (tmp_path / "shared" / "model" / "moe.py").write_text("x = 1\n")
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "moe_layer.native.json").write_text(json.dumps({"ratio": 1.8316, "ms": {"ours": 412.5}}))
+    _commit(tmp_path, "code and result", when=1_000)
+    return tmp_path
+
+
+def _commit(root: Path, message: str, when: int) -> str:
+    _git(root, "add", "-A")
+    date = f"{1_700_000_000 + when} +0000"  # commit times decide staleness: set them, never rely on the clock
+    subprocess.run(["git", "commit", "-q", "-m", message], cwd=root, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    return subprocess.run(["git", "log", "-1", "--format=%h"], cwd=root, capture_output=True, text=True).stdout.strip()
+
+
+def _check(root: Path, text: str) -> fp.Report:
+    (root / "README.md").write_text(text)
+    fp._last_commit.cache_clear()
+    return fp.run(root, ("README.md",))
+
+
+def test_a_figure_the_result_file_holds_passes_at_the_precision_shown(repo):
+    report = _check(repo, "Our layer runs at 1.83× the peer (412 ms is an integer, not a figure; 0.41k is).\n")
+    assert report.failures == [] and report.checked == 2
+
+
+def test_a_planted_unproduced_figure_fails_naming_the_line(repo):
+    report = _check(repo, "Intro.\n\nOur layer runs at 1.83× and 2.47× the peer.\n")
+    assert len(report.failures) == 1
+    assert report.failures[0].startswith("README.md:3: 2.47×") and "no result or transcript file" in report.failures[0]
+
+
+def test_figures_in_code_spans_and_blocks_are_not_figures(repo):
+    assert _check(repo, "Set `lr=0.0123`.\n\n```\nloss 9.87\n```\n").checked == 0
+
+
+def test_a_result_file_older_than_the_code_it_measures_fails_until_the_paragraph_says_so(repo):
+    wrote = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (repo / "shared" / "model" / "moe.py").write_text("x = 2\n")
+    _commit(repo, "code moves on", when=2_000)
+    stale = _check(repo, "Our layer runs at 1.83× the peer.\n")
+    assert len(stale.failures) == 1 and f"(stale: benchmarks/results/moe_layer.native.json ran on {wrote})" in stale.failures[0]
+    marked = _check(repo, f"Our layer runs at 1.83× the peer (stale: benchmarks/results/moe_layer.native.json ran on {wrote}).\n")
+    assert marked.failures == [] and marked.stale_marked == 1
+    wrong_commit = _check(repo, "Our layer runs at 1.83× the peer (stale: benchmarks/results/moe_layer.native.json ran on abcdef1).\n")
+    assert len(wrong_commit.failures) == 1
+
+
+def test_a_gpu_figure_needs_the_tree_it_ran_on_marked_as_not_checkable(repo):
+    run = repo / "benchmarks" / "results" / "gpu" / "h200"
+    run.mkdir(parents=True)
+    (run / "train_step.json").write_text(json.dumps({"ratio_recipe": 0.7898}))
+    (run / "commit.txt").write_text("tree 2ecc595\n")
+    _commit(repo, "gpu run", when=3_000)
+    assert len(_check(repo, "The recipe runs at 0.79× HF.\n").failures) == 1
+    marked = _check(repo, "The recipe runs at 0.79× HF (code not checkable: tree 2ecc595).\n")
+    assert marked.failures == [] and marked.uncheckable == 1
+
+
+def test_a_stated_source_is_accepted_and_counted(repo):
+    report = _check(repo, "DeepSeek-V3 uses γ = 0.001 (source: the DeepSeek-V3 report).\n")
+    assert report.failures == [] and report.source_noted == 1
+
+
+def test_the_checked_docs_of_this_repository_pass():
+    fp._last_commit.cache_clear()
+    report = fp.run()
+    assert report.failures == [], "\n".join(report.failures)
