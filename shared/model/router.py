@@ -3,9 +3,11 @@
 scores = softmax or sigmoid of x·W_rᵀ; selection uses scores + bias (the aux-loss-free balancing
 bias, a checkpointed buffer that never receives gradients); the combine weights are the *unbiased*
 scores of the chosen experts, optionally renormalised to sum to 1 and multiplied by `route_scale`.
-In eval mode the selection may use the bias's moving average instead (`balance.eval_bias`): a bias
-updated after every small micro-batch swings with the last batches it saw, and the balance it keeps
-in training comes from that feedback, which a frozen model no longer has.
+In eval mode the selection may use the eval-time bias instead (`balance.eval_bias`): a bias updated
+after every small micro-batch swings with the last batches it saw, and the balance it keeps in
+training comes from that feedback, which a frozen model no longer has. The eval-time bias buffer
+holds the bias's moving average, or, once a checkpoint is calibrated (`moelab router calibrate`),
+the bias re-solved on the frozen model; training never routes with it.
 Group-limited routing (DeepSeek-V3 §2.1.2): experts are split into `n_groups`; a group's score is
 the sum of its two highest (biased) scores; each token may only pick experts from its best
 `topk_groups` groups.
@@ -81,14 +83,19 @@ class Router(nn.Module):
         cfg = self.cfg
         logits_TE = F.linear(x_TD.float(), self.weight_ED.float())
         scores_TE = logits_TE.sigmoid() if cfg.score_func == "sigmoid" else logits_TE.softmax(-1)
-        select_TE = scores_TE.detach() + self.selection_bias()
-        if cfg.n_groups > 1:
-            select_TE = self._limit_groups(select_TE)
-        idx_TK = select_TE.topk(cfg.top_k, dim=-1, sorted=False).indices
+        idx_TK = self.select(scores_TE.detach(), self.selection_bias())
         weights_TK = scores_TE.gather(1, idx_TK)
         if cfg.norm_topk_prob and cfg.top_k > 1:
             weights_TK = weights_TK / weights_TK.sum(-1, keepdim=True).clamp_min(1e-20)
         return RouterOutput(idx_TK, weights_TK * cfg.route_scale, scores_TE, logits_TE)
+
+    def select(self, scores_TE: Tensor, bias_E: Tensor) -> Tensor:
+        """The top-k experts of each token for scores + bias (group-limited where configured): the
+        router's selection, callable on recorded scores to ask what another bias would route."""
+        select_TE = scores_TE + bias_E
+        if self.cfg.n_groups > 1:
+            select_TE = self._limit_groups(select_TE)
+        return select_TE.topk(self.cfg.top_k, dim=-1, sorted=False).indices
 
     def _limit_groups(self, select_TE: Tensor) -> Tensor:
         cfg = self.cfg
