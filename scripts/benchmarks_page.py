@@ -34,7 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scripts.benchmark_render import blocks, cell, fmt, is_scalar  # noqa: E402
-from scripts.benchmarks_catalog import COMMANDS, DIR_COMMANDS, GPU_STEPS, HEADLINE, WHAT  # noqa: E402
+from scripts.benchmarks_catalog import (  # noqa: E402
+    COMMANDS,
+    DIR_COMMANDS,
+    GPU_STEPS,
+    GPU_WHAT,
+    HEADLINE,
+    SELF_RATIOS,
+    WHAT,
+)
 
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -60,6 +68,23 @@ class Result:
             return self.path.parts[0]
         known = sorted((p.stem for p in BENCHMARKS.glob("*.py")), key=len, reverse=True)
         return next((k for k in known if head == k or head.startswith(k + "_")), head)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.path.parts[0] == "gpu"
+
+    @property
+    def what(self) -> tuple[str, str]:
+        """What this file measures and its guide: a GPU step file by its own entry (a GPU run of a
+        script measures another shape and other contenders than its CPU run), a CPU file by its benchmark."""
+        if self.is_gpu:
+            return GPU_WHAT.get(self.path.name.split(".")[0], ("", ""))
+        return WHAT.get(self.bench, ("", ""))
+
+    @property
+    def self_ratio(self) -> str:
+        """What over what, where this file's ratios compare ours with ours; '' where they name a peer."""
+        return SELF_RATIOS.get(f"gpu:{self.path.name.split('.')[0]}" if self.is_gpu else self.bench, "")
 
     @property
     def anchor(self) -> str:
@@ -158,7 +183,7 @@ def machine_line(data: dict) -> str:
         parts.append("BLAS " + "; ".join(f"{k}: {v}" for k, v in blas.items()))
     else:
         parts.append("BLAS not recorded")
-    threads = m.get("threads", data.get("threads"))
+    threads = data.get("threads", m.get("threads"))  # what the run set; the machine line may hold the default it saw first
     parts.append(f"threads {fmt(threads)}" if threads is not None else "threads not recorded")
     loads = [(k, v) for src in (data, m) for k, v in src.items() if k.startswith("load_av")]
     parts.append("; ".join(f"{k} {_load_text(v)}" for k, v in loads) if loads else "load average not recorded")
@@ -188,7 +213,9 @@ def summary_row(res: Result) -> str:
         return f"| {link} | — | could not be read: {cell(res.error)} | — |"
     figures = headline(res)
     shown = " · ".join(f"`{k}` {_inline(v)}" for k, v in figures[:4]) + (f" · (+{len(figures) - 4})" if len(figures) > 4 else "")
-    threads = _get(res.data, "machine.threads") or res.data.get("threads")
+    if res.self_ratio and shown:
+        shown += " · ours/ours"
+    threads = res.data.get("threads") or _get(res.data, "machine.threads")  # what the run set, over the default it saw
     return f"| {link} | {res.bench} | {shown or '— (see the file)'} | {fmt(threads) if threads else '—'} |"
 
 
@@ -196,10 +223,12 @@ def section(res: Result) -> list[str]:
     out = [f'<a id="{res.anchor}"></a>', f"### `benchmarks/results/{res.path.as_posix()}`", ""]
     if res.error:
         return [*out, f"Could not be read: {res.error}. Nothing from it is on this page.", ""]
-    what, guide = WHAT.get(res.bench, ("", ""))
+    what, guide = res.what
     command, note = command_for(res)
     if what:
         out.append(f"- what: {what}" + (f" ([{guide}]({guide}))" if guide else ""))
+    if res.self_ratio:
+        out.append(f"- ratios: ours over ours ({res.self_ratio}), not a comparison with a peer")
     out.append(f"- command: `{command}`" if command else "- command: not recorded")
     if note:
         out.append(f"- note: {note}")
@@ -232,8 +261,9 @@ def build_page(results_dir: Path = RESULTS, benchmarks: Path = BENCHMARKS) -> st
         "run `make benchmarks-page` after a benchmark rewrites its JSON. -->",
         "",
         "Every figure below is read from a committed result file in `benchmarks/results/`, next to the command",
-        "that writes that file and the machine the file records. Each benchmark times ours and a named peer in",
-        "the same run, interleaved, and reports `ratio` keys as ours / peer (> 1: ours is faster or better);",
+        "that writes that file and the machine the file records. Most benchmarks time ours and a named peer in",
+        "the same run, interleaved, and report `ratio` keys as ours / peer (> 1: ours is faster or better);",
+        "the files marked *ours/ours* compare two of our own paths instead, and say which.",
         "`same_backend` ratios run both sides on the same BLAS. The machines are 2-core CPUs shared with other",
         "jobs: a load average above ~2 means the run shared its cores and its timings are pessimistic; rerun",
         "on a quiet machine before quoting a figure. `make benchmarks-page` rebuilds this page, and",

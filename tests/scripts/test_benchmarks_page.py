@@ -120,3 +120,18 @@ def test_gpu_check_results_get_the_step_s_command_and_leave_the_missing_list(tmp
     assert "- command: `python benchmarks/moe_layer.py --gpu`" in _section(page, "moe_layer.gpu.json")
     waiting = page.split("## Benchmarks without a committed result")[1]
     assert "gpu_train_step.py" not in waiting and "gpu_fp8.py" in waiting
+
+
+def test_descriptions_follow_the_file_self_comparisons_are_marked_and_threads_are_what_the_run_used():
+    page = build_page()
+    gpu_layer = _section(page, "gpu/2026-12-04-h200/moe_layer.json")
+    assert "d 2560" in gpu_layer and "bf16" in gpu_layer and "HF `DeepseekV3MoE`" not in gpu_layer
+    assert "- ratios: ours over ours (our grouped_mm / Triton backends over our own per-expert loop)" in gpu_layer
+    cpu_layer = _section(page, "moe_layer.native.json")
+    assert "d 512" in cpu_layer and "ours over ours" not in cpu_layer  # HF and torchtitan are peers
+    row = next(line for line in page.splitlines() if line.startswith("| [`attention.native.json`]"))
+    assert "ours/ours" in row
+    rec = json.loads((ROOT / "benchmarks/results/attention.native.json").read_text())
+    assert rec["threads"] != rec["machine"]["threads"]  # the run set 1 after its machine line saw 2
+    assert row.endswith(f"| {rec['threads']} |")
+    assert f"threads {rec['threads']}" in _section(page, "attention.native.json")
