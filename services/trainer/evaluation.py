@@ -1,4 +1,5 @@
-"""Held-out evaluation during training: LM loss and MaxVio_global on the same batches every time.
+"""Held-out evaluation during training: LM loss and MaxVio_global on the same batches every time, and
+bits per byte per reference set plus the offline task suite (`train.eval_suite`).
 
 Why the same batches: the loader is rewound to its start before each evaluation, so two
 evaluations differ only by the weights, and a curve of `eval/loss` is a curve of the model. The
@@ -9,10 +10,17 @@ over the whole evaluation set), so N processes report what one process would.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
+import torch.distributed as dist
 
 from services.trainer.parallel import mean_over_ranks
 from services.trainer.router_stats import RouterTally
+from shared.config.train import EvalSuiteConfig
+
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -36,3 +44,72 @@ def evaluate(model, loader, batches: int, device: torch.device) -> dict[str, flo
         out["eval/maxvio_global"] = max(s["maxvio"] for s in stats.values())
         out.update({f"eval/maxvio_global/layer{i}": s["maxvio"] for i, s in stats.items()})
     return out
+
+
+class SuiteEvaluator:
+    """BPB per reference set and the task suite, logged as `eval/bpb/<set>`, `eval/task/<task>/<metric>`.
+
+    Why in the loop: loss in nats per token changes with the tokenizer, so the curves that compare
+    runs on different data are BPB and task scores (DataDecide: the continuous ones, gold log-prob
+    and BPB, rank data recipes at small scale where accuracies sit at chance). Every rank runs the
+    same items (a sharded model needs every rank in each forward); the skip decision when the time
+    budget runs out is rank 0's, broadcast, so all ranks run the same forwards. Each set or task is
+    scored in full or skipped and counted (`eval/skipped_for_time`), never cut mid-way, so a
+    logged value always covers the same texts and items. Texts and task files are read once.
+    """
+
+    def __init__(self, cfg: EvalSuiteConfig, tokenizer, seq_len: int) -> None:
+        from shared.eval.reference_sets import load_reference_sets
+        from shared.eval.tasks import discover_tasks, read_task_items
+
+        self.cfg, self.tokenizer, self.seq_len = cfg, tokenizer, seq_len
+        self.sets = {name: texts[:cfg.reference_texts] for name, texts in load_reference_sets(cfg.reference_sets).items()}
+        self.tasks = discover_tasks(cfg.tasks_path) if cfg.tasks else []
+        for task in self.tasks:  # a malformed task file stops the run here, before the first step
+            read_task_items(task, cfg.task_items)
+
+    @torch.no_grad()
+    def __call__(self, model, device: torch.device) -> dict[str, float]:
+        from shared.eval.bpb import bits_per_byte
+        from shared.eval.tasks import score_task
+
+        deadline = time.monotonic() + self.cfg.max_seconds
+        out: dict[str, float] = {}
+        skipped = []
+        jobs = [(f"bpb/{n}", n) for n in self.sets] + [(f"task/{t.name}", t) for t in self.tasks]
+        for key, what in jobs:
+            if not _all_agree(time.monotonic() < deadline, device):
+                skipped.append(key)
+                continue
+            if isinstance(what, str):
+                r = bits_per_byte(model, self.tokenizer, self.sets[what], seq_len=self.seq_len,
+                                  batch_size=self.cfg.batch_size)
+                out[f"eval/bpb/{what}"] = r.bpb
+                out[f"eval/nats_per_token/{what}"] = r.nats_per_token
+            else:
+                scores = score_task(model, self.tokenizer, what, seq_len=self.seq_len, batch_size=self.cfg.batch_size,
+                                    limit=self.cfg.task_items)
+                out.update({f"eval/task/{what.name}/{k}": v for k, v in scores.items()})
+        out["eval/skipped_for_time"] = float(len(skipped))
+        if skipped:
+            log.warning("eval_suite: %.0f s budget spent; not scored this time: %s", self.cfg.max_seconds,
+                        ", ".join(skipped))
+        return out
+
+
+def _all_agree(go_on: bool, device: torch.device) -> bool:
+    """Rank 0's decision on every rank (so every rank runs the same forwards)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return go_on
+    flag = torch.tensor([1.0 if go_on else 0.0], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item() > 0.5)
+
+
+def suite_evaluator(cfg, seq_len: int) -> SuiteEvaluator | None:
+    """The run's SuiteEvaluator (its tokenizer is the one the shards were built with), or None when disabled."""
+    if not cfg.train.eval_suite.enabled:
+        return None
+    from shared.data.prepare import ensure_tokenizer
+
+    return SuiteEvaluator(cfg.train.eval_suite, ensure_tokenizer(cfg), seq_len)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from services.trainer.evaluation import evaluate
+from services.trainer.evaluation import evaluate, suite_evaluator
 from services.trainer.metrics import memory_gib, mfu
 from services.trainer.parallel import mean_over_ranks
 from services.trainer.router_stats import health_inputs, router_metrics
@@ -38,6 +38,7 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
     w = set_up(cfg, ctx, resume)
     tc = w.cfg.train
     bad_run, final = 0, {}
+    suite = suite_evaluator(w.cfg, tc.seq_len)  # BPB per reference set + task suite; None when disabled
     for step in range(w.start, tc.steps):
         w.speed.start()
         micro = forward_backward(w, step)
@@ -66,6 +67,11 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
             w.run.log(evaluation, step=step)
             w.history.write(step, evaluation)
             final.update(evaluation)
+        if suite is not None and ((step + 1) % tc.eval_every == 0 or step == tc.steps - 1):
+            scores = suite(w.model, ctx.device)
+            w.run.log(scores, step=step)
+            w.history.write(step, scores)
+            final.update(scores)
         if (step + 1) % tc.checkpoint_every == 0 or step == tc.steps - 1:
             path = w.ckpt.save(step + 1, w.model, w.optimizer, w.checkpoint_meta())
             w.last_good = str(path)

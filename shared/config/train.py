@@ -21,6 +21,40 @@ class RouterHealthConfig(Section):
     stop_on_collapse: bool = Field(False, description="Stop the run (with a checkpoint) when a warning fires.")
 
 
+class EvalSuiteConfig(Section):
+    """Bits per byte on reference sets and the offline task suite, every `train.eval_every` steps
+    (services/trainer/evaluation.py). Small by default: the first texts/items of each, bounded in time."""
+
+    enabled: bool = Field(True, description="Evaluate BPB and the task suite at every eval step.")
+    reference_sets: list[str] = Field(default_factory=lambda: ["prose", "code", "math"],
+                                      description="Reference sets (data/reference/<name>.jsonl) to score in bits per byte.")
+    reference_texts: int = Field(4, ge=1, le=100_000, description="First N texts of each reference set scored.")
+    tasks: bool = Field(True, description="Also score the task suite (acc, acc_norm, gold log-prob).")
+    tasks_path: str | None = Field(None, description="Task YAML file or folder; None = the offline suite (data/reference/tasks).")
+    task_items: int = Field(16, ge=1, le=100_000, description="First N items of each task scored.")
+    batch_size: int = Field(8, ge=1, le=4096, description="Sequences per evaluation forward.")
+    max_seconds: float = Field(
+        120.0, gt=0.0, description="Time budget per evaluation; sets/tasks not started in time are skipped and counted."
+    )
+
+    @model_validator(mode="after")
+    def _check_files(self) -> EvalSuiteConfig:
+        if not self.enabled:
+            return self
+        from shared.eval.reference_sets import REFERENCE_DIR, available_reference_sets
+
+        known = available_reference_sets()
+        unknown = [n for n in self.reference_sets if n not in known]
+        if unknown:
+            raise ValueError(f"eval_suite.reference_sets: unknown {unknown}; available in {REFERENCE_DIR}: {known}")
+        if self.tasks and self.tasks_path is not None:
+            from pathlib import Path
+
+            if not Path(self.tasks_path).exists():
+                raise ValueError(f"eval_suite.tasks_path: {self.tasks_path} does not exist (a task YAML or folder)")
+        return self
+
+
 class TrainConfig(Section):
     seed: int = Field(0, ge=0, description="Seed for init, data order and dropout; same seed ⇒ same run.")
     steps: int = Field(200, ge=1, description="Optimizer steps.")
@@ -37,10 +71,17 @@ class TrainConfig(Section):
     )
     out_dir: str = Field("runs", description="Directory under which each run writes its config, checkpoints and logs.")
     run_name: str | None = Field(None, description="Run directory name under out_dir; None = the experiment name.")
+    tags: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="Tracker tags added after the fixed ones (train, the FFN kind), e.g. an ablation's arm:<name>; "
+                    "each 1-64 printable characters, no surrounding space.",
+    )
     log_every: int = Field(1, ge=1, description="Steps between scalar metric reports.")
     hist_every: int = Field(10, ge=1, description="Steps between expert-load histogram reports.")
     eval_every: int = Field(50, ge=1, description="Steps between held-out eval-loss measurements.")
     eval_batches: int = Field(4, ge=1, description="Micro-batches per eval.")
+    eval_suite: EvalSuiteConfig = Field(default_factory=EvalSuiteConfig,
+                                        description="BPB per reference set and task scores at every eval step.")
     checkpoint_every: int = Field(100, ge=1, description="Steps between checkpoints (and one at the end).")
     keep_last: int = Field(2, ge=1, description="Checkpoints kept on disk.")
     max_bad_steps: int = Field(
@@ -67,4 +108,12 @@ class TrainConfig(Section):
             raise ValueError(f"ep_size ({self.ep_size}) must divide workers ({self.workers})")
         if self.ep_overlap and self.ep_size == 1:
             raise ValueError("ep_overlap=true needs ep_size > 1: without expert parallel there is no all-to-all to overlap")
+        return self
+
+    @model_validator(mode="after")
+    def _check_tags(self) -> TrainConfig:
+        """The tracker refuses a run whose tags it cannot store; say which one here, before training."""
+        for tag in self.tags:
+            if not (1 <= len(tag) <= 64 and tag == tag.strip() and tag.isprintable()):
+                raise ValueError(f"tags: {tag!r} is not a tracker tag (1-64 printable characters, no surrounding space)")
         return self
