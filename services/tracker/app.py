@@ -1,4 +1,4 @@
-"""The tracker's FastAPI app: REST API (OpenAPI at /docs and /openapi.json) and the dashboard pages.
+"""The tracker's FastAPI app: REST API (OpenAPI at /docs, served without a CDN, and /openapi.json) and the dashboard pages.
 
 `create_app` only assembles: the store, who may do what (`security`), the routes for runs
 (`routes_runs`), for their data (`routes_data`) and the pages (`pages`). Request bodies above
@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from services.tracker.docs_page import add_docs
 from services.tracker.pages import STATIC, pages_router
 from services.tracker.routes_data import data_router
 from services.tracker.routes_runs import runs_router
@@ -37,6 +38,8 @@ def create_app(
         version="1",
         description="Runs, metrics, histograms, events and artifacts of moelab experiments.",
         max_body_size=max_body_bytes,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.store = store
     access = Access(store, read_protected)
@@ -48,6 +51,7 @@ def create_app(
     app.include_router(runs_router(store, access))
     app.include_router(data_router(store, access))
     app.include_router(pages_router(store, access))
+    add_docs(app)  # before /static: its assets live under /static/swagger
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(HostAllowList, allowed=list(allowed_hosts))
     return app

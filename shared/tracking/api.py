@@ -87,6 +87,7 @@ def init(
     heartbeat_s: float | None = None,
     fork_from: str | None = None,
     fork_step: int | None = None,
+    system_metrics_s: float = 30.0,
 ) -> Run:
     """Start (or, with `id=`, resume) a run. `config` may be a dict or an `ExperimentConfig`, whose
     `tracker` section supplies url, project, mode, spool_dir and token location unless given here.
@@ -96,7 +97,10 @@ def init(
 
     `fork_from=<run id>, fork_step=N` starts a new run from another's history: the server copies
     its points up to step N, the new run keeps the source's project, config, tags and parent unless
-    given here, records `fork_of`/`fork_step`, and `log` without a step continues at N + 1."""
+    given here, records `fork_of`/`fork_step`, and `log` without a step continues at N + 1.
+
+    Every `system_metrics_s` seconds (0: never) the run logs CPU, memory and, where the process
+    uses CUDA, GPU figures under `system/…` (`shared.tracking.system`)."""
     given = {"project": project is not None, "name": name is not None or getattr(config, "name", None) is not None,
              "config": config is not None, "tags": tags is not None, "parent": parent is not None}
     tcfg = getattr(config, "tracker", None)
@@ -154,6 +158,7 @@ def init(
         heartbeat_s=tcfg.heartbeat_s if heartbeat_s is None else heartbeat_s,
         init_body=body,
         first_step=first_step,
+        system_metrics_s=system_metrics_s,
     )
 
 

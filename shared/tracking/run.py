@@ -34,6 +34,7 @@ from shared.tracking.schema import (
 from shared.tracking.sender import Sender
 from shared.tracking.spool import RejectedLog, Spool
 from shared.tracking.summaries import bin_samples, calibration_bins, hash_path
+from shared.tracking.system import SystemMonitor
 from shared.tracking.transport import Transport
 
 _KEY = re.compile(KEY_RE)
@@ -72,6 +73,7 @@ class Run:
         heartbeat_s: float = 10.0,
         max_batch_bytes: int = 8 << 20,
         first_step: int = 0,
+        system_metrics_s: float = 0.0,
     ):
         self.id, self.project, self.name, self.mode, self.url = run_id, project, name, mode, url
         self._disabled = mode == "disabled"
@@ -95,6 +97,9 @@ class Run:
             max_batch_points=max_batch_points, max_batch_bytes=max_batch_bytes,
         )
         self._sender.start()
+        self._monitor = SystemMonitor(self._log_system, system_metrics_s) if system_metrics_s > 0 else None
+        if self._monitor is not None:
+            self._monitor.start()
         atexit.register(self._atexit)
 
     # ------------------------------------------------------------ logging
@@ -123,6 +128,13 @@ class Run:
             self.points_logged += len(encoded)
             if self._buffer.pending >= self._sender.max_batch_points:
                 self._lock.notify()
+
+    def _log_system(self, metrics: dict[str, float], sample: int) -> None:
+        """A system sample at its own step (the sample number), leaving the run's step count alone."""
+        wall = time.time()
+        with self._lock:
+            self._buffer.add_points(sample, wall, [(k, encode_number(v, f"metric {k!r}")) for k, v in metrics.items()])
+            self.points_logged += len(metrics)
 
     def _add(self, field: str, item: dict[str, Any], size: int) -> None:
         with self._lock:
@@ -215,6 +227,8 @@ class Run:
             self._delivery = Delivery(self.id, self.mode, self.points_logged, 0, 0, 0, 0)
             return self._delivery
         self._finished = True
+        if self._monitor is not None:
+            self._monitor.stop()
         self._sender.close({"op": "finish", "run": self.id, "body": {"status": status, "wall": time.time()}}, timeout)
         ops_spooled, points_spooled = self._spool.pending()
         self._delivery = Delivery(

@@ -1,6 +1,7 @@
 """Scalar series reads: the key list, and a series downsampled server-side, whole or a step range.
 
-A whole-series query over a big series (n >= points × BLOCK) reads only the chunks' rollups;
+A point logged twice at one step is read once, the later value winning. A whole-series query over
+a big series (n >= points × BLOCK) reads only the chunks' rollups (which keep both);
 anything else reads raw points, and a step-range query (the dashboard's zoom) reads only the
 chunks whose step span overlaps the range, so a 1,000-step window of a 1M-point series comes
 back at full resolution from one or two chunks. Chunks are read in id (arrival) order and sorted
@@ -31,10 +32,18 @@ Cols = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _in_step_order(cols: Cols) -> Cols:
+    """Points by step, and one point per step: the last to arrive (a value logged again at a step
+    replaces the earlier one, as a rerun step or a corrected figure should)."""
     steps = cols[0]
     if len(steps) > 1 and not bool(np.all(steps[1:] >= steps[:-1])):
         order = np.argsort(steps, kind="stable")  # replayed spools may arrive after newer points
-        return tuple(c[order] for c in cols)  # type: ignore[return-value]
+        cols = tuple(c[order] for c in cols)  # type: ignore[assignment]
+        steps = cols[0]
+    if len(steps) > 1:
+        last = np.ones(len(steps), dtype=bool)
+        last[:-1] = steps[1:] != steps[:-1]  # stable order: the last of equal steps arrived last
+        if not last.all():
+            return tuple(c[last] for c in cols)  # type: ignore[return-value]
     return cols
 
 

@@ -84,3 +84,13 @@ def test_config_keys_with_dots_do_not_collide_with_nested_keys(api):
     api.post("/api/runs", json={"id": "b", "project": "p", "config": {"lr_x0.1": 2}})
     diff = api.get("/api/diff", params={"a": "a", "b": "b"}).json()["differences"]
     assert [d["key"] for d in diff] == ["lr_x0\\.1"] and (diff[0]["a"], diff[0]["b"]) == (1, 2)
+
+
+def test_a_point_logged_twice_at_one_step_is_read_once_with_the_later_value(api):
+    api.post("/api/runs", json={"id": "r1", "project": "p"})
+    api.post("/api/runs/r1/batch", json=_batch("b1", "loss", [0, 1, 2], [3.0, 2.0, 1.0]))
+    api.post("/api/runs/r1/batch", json=_batch("b2", "loss", [1], [5.0]))  # step 1 again
+    got = api.get("/api/runs/r1/series", params={"key": "loss"}).json()
+    assert got["steps"] == [0, 1, 2] and got["values"] == [3.0, 5.0, 1.0]
+    zoom = api.get("/api/runs/r1/series", params={"key": "loss", "start": 1, "end": 1}).json()
+    assert zoom["steps"] == [1] and zoom["values"] == [5.0]
