@@ -1,9 +1,11 @@
 """`run_ablation`: prepare every arm, train arms × seeds on Ray, report, and show it in the tracker.
 
 The ablation is one tracker run (tags `ablation`); every arm-seed's training run is its child
-(`tracker.parent`), named `<arm>-s<seed>`, so the dashboard groups the arms under it; the
+(`tracker.parent`), named `<arm>-s<seed>` and tagged `ablation:<name>` and `arm:<arm>`, so the
+dashboard groups the arms under it and the compare view can pick an arm's seeds by tag; the
 ablation run carries an event per finished, retried, failed or reused arm-seed, the verdicts as
-events, the comparison figures as its summary, and the report files as artifacts.
+events, the whole report as one `ablation_report` event (its page shows it), the comparison
+figures as its summary, and the report files as artifacts.
 """
 
 from __future__ import annotations
@@ -40,6 +42,18 @@ def default_metrics(cfg: ExperimentConfig) -> Metrics | None:
 
     check_available()
     return SuiteMetrics(a)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float as the tracker's string for it ("NaN", "Infinity",
+    "-Infinity"): an interval on one seed or an undefined sd must not get the whole report refused."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _figures(report: dict[str, Any]) -> dict[str, float]:
@@ -84,6 +98,8 @@ def run_ablation(cfg: ExperimentConfig, metrics: Metrics | None | str = "default
         paths = write_report(report, out)
         for line in report["verdicts"]:
             run.event("verdict", line)
+        run.event("ablation_report", f"{len(plans)} arms × {len(seeds)} seeds against {a.baseline}: "
+                  f"{len(report['verdicts'])} verdicts, {report['failed_runs']} failed runs", **json_safe(report))
         run.log(_figures(report), step=0)
         for kind, path in paths.items():
             run.artifact(str(path), kind=f"ablation_report_{kind}")

@@ -9,6 +9,7 @@ correct answer) better higher.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -113,13 +114,15 @@ def plot(report: dict[str, Any], path: Path) -> None:
     for ax, m in zip(axes[0], metrics, strict=False):
         for i, arm in enumerate(arms):
             a = report["arms"][arm]
-            values = [r["metrics"][m] for r in a["runs"].values() if m in r["metrics"]]
+            values = [v for r in a["runs"].values() if math.isfinite(v := r["metrics"].get(m, math.nan))]
             if values:
                 ax.bar(i, sum(values) / len(values), color="#c8d7e8", width=0.6)
                 ax.scatter([i] * len(values), values, color="#1f4e79", s=14, zorder=3)
         ax.set_xticks(range(len(arms)), arms, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{m} ({'higher' if higher_is_better(m) else 'lower'} is better)", fontsize=8)
-        values = [r["metrics"][m] for a in report["arms"].values() for r in a["runs"].values() if m in r["metrics"]]
+        # a metric a run could not measure (NaN) is left off the plot, not allowed to break it
+        values = [v for a in report["arms"].values() for r in a["runs"].values()
+                  if math.isfinite(v := r["metrics"].get(m, math.nan))]
         if values:
             lo, hi = min(values), max(values)
             pad = (hi - lo) * 0.3 or abs(hi) * 0.01 or 0.01

@@ -42,17 +42,26 @@ class ArmSeed:
         return Path(self.cfg.train.out_dir) / self.cfg.train.run_name / RESULT
 
     def key(self) -> str:
-        """What decides the result: the config without where it reports to, and the arm's data."""
-        return digest({"cfg": self.cfg.model_dump(mode="json", exclude={"tracker"}), "data": self.data_key})
+        """What decides the result: the config without where it reports to (tracker, tags), and the arm's data."""
+        return digest({"cfg": self.cfg.model_dump(mode="json", exclude={"tracker": True, "train": {"tags"}}),
+                       "data": self.data_key})
+
+
+def group_tags(ablation: str, arm: str) -> list[str]:
+    """The tags that group an arm-seed's training run in the tracker: `ablation:<name>` (cut to the
+    tracker's 64 characters) and `arm:<arm>` (arm names are at most 60 characters, so it always fits)."""
+    return [f"ablation:{ablation}"[:64], f"arm:{arm}"]
 
 
 def arm_seeds(plans: list[ArmPlan], seeds: list[int], parent_run: str | None) -> list[ArmSeed]:
     out = []
     for plan in plans:
+        tags = [*plan.cfg.train.tags, *group_tags(plan.cfg.name, plan.name)]
         for seed in seeds:
             cfg = plan.cfg.model_copy(update={
                 "name": f"{plan.cfg.name}-{plan.name}",
-                "train": plan.cfg.train.model_copy(update={"seed": seed, "run_name": f"{plan.name}-s{seed}"}),
+                "train": plan.cfg.train.model_copy(update={"seed": seed, "run_name": f"{plan.name}-s{seed}",
+                                                           "tags": tags}),
                 "tracker": plan.cfg.tracker.model_copy(update={"parent": parent_run}),
             })
             out.append(ArmSeed(plan.name, seed, cfg, plan.data_key))

@@ -119,7 +119,7 @@ def set_up(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool) -> Worker:
         loader.load_state_dict(meta["data"])
         start, run_id, bad_total = meta["step"], meta.get("tracker_run_id"), meta.get("bad_steps", 0)
 
-    run = tracking.init(config=cfg, name=tc.run_name or cfg.name, tags=["train", cfg.model.ffn], id=run_id,
+    run = tracking.init(config=cfg, name=tc.run_name or cfg.name, tags=["train", cfg.model.ffn, *tc.tags], id=run_id,
                         mode=cfg.tracker.mode if is_main else "disabled")
     backends = getattr(model, "precision_backends", None) or {}
     if backends:  # which GEMM backend each precision mode runs on (auto: TE, native or emulation) and why

@@ -17,7 +17,7 @@ from shared.config.base import Section
 
 
 class ArmConfig(Section):
-    name: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9_.-]*$", description="Arm name (e.g. raw, curated); required.")
+    name: str = Field("", max_length=60, pattern=r"^[A-Za-z0-9_.-]*$", description="Arm name (e.g. raw, curated); required.")
     documents: list[str] = Field(
         default_factory=list,
         description="JSONL(.gz) or Parquet globs the arm trains on as they are (e.g. raw inputs or a pipeline's kept set).",
