@@ -21,7 +21,7 @@ import torch.distributed as dist
 from shared.config import ExperimentConfig
 from shared.data.atomic import atomic_write_json
 from shared.data.loader import MixtureLoader
-from shared.data.prepare import make_loader, tokenize
+from shared.data.prepare import ensure_tokenizer, make_loader, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,12 @@ def prepare_shards(cfg: ExperimentConfig, rank: int) -> None:
     file) is an error naming it, not an evaluation on the shards of a file that is gone.
     """
     if rank == 0:
+        tok = None  # the training documents' tokenizer, for the held-out shards too
         for c in (cfg, eval_config(cfg)):
             if c is not None:
                 local = c.model_copy(update={"mixture": c.mixture.model_copy(update={"use_ray": False})})
-                manifest = tokenize(local, progress=False)
+                tok = tok or ensure_tokenizer(local)
+                manifest = tokenize(local, progress=False, tokenizer=tok)
                 build = manifest.get("build", {})
                 if build.get("items_built"):
                     log.info("token shards in %s: %d of %d items (re)built from changed or new documents",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from collections import Counter
@@ -39,6 +40,8 @@ from shared.data.tokenizer import MoeTokenizer, load_tokenizer
 ITEMS_DIR = "items"
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 REQUIRED_COLUMNS = ("text", "source")
+
+log = logging.getLogger(__name__)
 
 
 def _fingerprint(path: Path) -> dict:
@@ -194,20 +197,27 @@ def build_shards(
 ) -> dict:
     """Tokenize `inputs` into shards under `root` and write `manifest.json`; return the manifest.
 
-    Refuses to add shards to a folder whose manifest names another tokenizer (mixing vocabularies
-    would train on garbage): use a new `shard_dir` or delete the old one.
+    Refuses to add shards to a folder whose manifest names another tokenizer folder (mixing
+    vocabularies would train on garbage; the folder is probably the wrong `shard_dir`): use a new
+    `shard_dir` or delete the old one. The same tokenizer folder holding a retrained tokenizer
+    (its documents or settings changed, see `prepare.ensure_tokenizer`) is not another tokenizer:
+    every item is rebuilt with it (item records carry the tokenizer hash), and the reason is logged.
     """
     out = Path(root)
     if not inputs:
         raise ShardError("no input Parquet files given: set mixture.documents to a glob that matches the filtered data")
     old = out / MANIFEST
     if old.is_file():
-        old_hash = json.loads(old.read_text(encoding="utf-8")).get("tokenizer", {}).get("hash")
+        was = json.loads(old.read_text(encoding="utf-8")).get("tokenizer", {})
+        old_hash = was.get("hash")
         if old_hash not in (None, tokenizer.hash):
-            raise ShardError(
-                f"{old} was built with tokenizer {old_hash[:12]}…, not {tokenizer.hash[:12]}… ({tokenizer.path}); "
-                "use a new mixture.shard_dir or delete the old one"
-            )
+            if was.get("path") != str(tokenizer.path):
+                raise ShardError(
+                    f"{old} was built with tokenizer {old_hash[:12]}… ({was.get('path')}), not {tokenizer.hash[:12]}… "
+                    f"({tokenizer.path}); use a new mixture.shard_dir or delete the old one"
+                )
+            log.warning("token shards in %s: the tokenizer in %s was retrained (%s… -> %s…); rebuilding every item",
+                        out, tokenizer.path, old_hash[:12], tokenizer.hash[:12])
     t0 = time.perf_counter()
     items = plan_items(inputs, docs_per_shard)
     done = {it["id"]: r for it in items if (r := _record_if_done(out, it, tokenizer.hash, verify)) is not None}

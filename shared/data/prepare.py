@@ -6,7 +6,9 @@ that the path from `ExperimentConfig` to shards and batches is written once.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from shared.config import ExperimentConfig
 from shared.data.shards import ShardError
 from shared.data.stage_outputs import StageOutputError, resolve_documents
 from shared.data.tokenizer import CONFIG_FILE, MoeTokenizer, load_tokenizer, train_tokenizer
+
+log = logging.getLogger(__name__)
 
 
 def document_paths(cfg: ExperimentConfig) -> list[Path]:
@@ -46,34 +50,65 @@ def iter_texts(paths: list[Path], limit: int) -> Iterator[str]:
                         return
 
 
+def documents_sha256(paths: list[Path], limit: int) -> str:
+    """sha256 of the texts a tokenizer would be trained on (the first `limit`, in order): what a
+    trained tokenizer is keyed on besides its settings, so that other documents retrain it."""
+    h = hashlib.sha256()
+    n = 0
+    for text in iter_texts(paths, limit):
+        data = text.encode("utf-8", errors="surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+        n += 1
+    h.update(n.to_bytes(8, "little"))
+    return h.hexdigest()
+
+
 def ensure_tokenizer(cfg: ExperimentConfig, paths: list[Path] | None = None) -> MoeTokenizer:
     """Load `tokenizer.path`, or reuse the tokenizer in `tokenizer.out_dir` when it was trained with the
-    same settings, or train one on the documents (a rerun therefore keeps the same hash)."""
+    same settings on the same documents, or train one on the documents (a rerun keeps the same hash).
+
+    "Same documents" means the same texts (a sha256 of the first `train_docs` of them), not the same
+    file names: a filter rerun that kept other documents retrains the tokenizer, and the token
+    shards, keyed on the tokenizer's hash, follow. The reason is logged.
+    """
     tcfg = cfg.mixture.tokenizer
     if tcfg.path:
         return load_tokenizer(tcfg.path, eos_token=tcfg.eos_token)
     out = Path(tcfg.out_dir)
-    wanted = {"vocab_size": tcfg.vocab_size, "min_frequency": tcfg.min_frequency, "eos_token": tcfg.eos_token}
+    paths = paths if paths is not None else document_paths(cfg)
+    wanted = {"vocab_size": tcfg.vocab_size, "min_frequency": tcfg.min_frequency, "eos_token": tcfg.eos_token,
+              "train_docs": tcfg.train_docs, "documents_sha256": documents_sha256(paths, tcfg.train_docs)}
     meta_file = out / CONFIG_FILE
     if meta_file.is_file():
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        if all(meta.get(k) == v for k, v in wanted.items()) and meta.get("train_docs") == tcfg.train_docs:
+        changed = [k for k, v in wanted.items() if meta.get(k) != v]
+        if not changed:
             return load_tokenizer(out, eos_token=tcfg.eos_token)
-    paths = paths if paths is not None else document_paths(cfg)
-    tok = train_tokenizer(
+        why = ("its training documents changed" if changed == ["documents_sha256"]
+               else "its settings changed (" + ", ".join(f"{k}: {meta.get(k)} -> {wanted[k]}" for k in changed
+                                                         if k != "documents_sha256") + ")")
+        log.warning("retraining the tokenizer in %s: %s; token shards built with the old one (%s…) are rebuilt, "
+                    "and a run trained with it no longer matches this folder (use a new mixture.tokenizer.out_dir "
+                    "to keep both)", out, why, str(meta.get("sha256"))[:12])
+    return train_tokenizer(
         iter_texts(paths, tcfg.train_docs), out, vocab_size=tcfg.vocab_size,
         min_frequency=tcfg.min_frequency, eos_token=tcfg.eos_token,
-        extra_config={"train_docs": tcfg.train_docs, "trained_on": [str(p) for p in paths]},
+        extra_config={"train_docs": tcfg.train_docs, "documents_sha256": wanted["documents_sha256"],
+                      "trained_on": [str(p) for p in paths]},
     )
-    return tok
 
 
-def tokenize(cfg: ExperimentConfig, verify: bool = False, progress: bool = True) -> dict:
-    """Tokenizer + shards for a config; returns the manifest (see `shared.data.build`)."""
+def tokenize(cfg: ExperimentConfig, verify: bool = False, progress: bool = True,
+             tokenizer: MoeTokenizer | None = None) -> dict:
+    """Tokenizer + shards for a config; returns the manifest (see `shared.data.build`).
+
+    `tokenizer`, when given, is used as is: held-out documents are tokenized with the training
+    documents' tokenizer, never one trained on themselves."""
     from shared.data.build import build_shards
 
     paths = document_paths(cfg)
-    tok = ensure_tokenizer(cfg, paths)
+    tok = tokenizer if tokenizer is not None else ensure_tokenizer(cfg, paths)
     m = cfg.mixture
     if m.use_ray:
         _ensure_ray(cfg)

@@ -61,3 +61,17 @@ def test_a_changed_raw_jsonl_is_copied_again(tmp_path):
     raw.write_text(raw.read_text() + json.dumps({"id": "n5", "text": "a late note " * 20}) + "\n")
     again = with_parquet_documents(cfg).mixture.documents[0]
     assert again == first and pq.read_metadata(again).num_rows == 6
+
+
+def test_held_out_shards_use_the_training_documents_tokenizer_and_new_training_documents_retrain_it(tmp_path):
+    train, held_out, texts = _docs(tmp_path)
+    cfg = tiny_cfg(tmp_path, (train, held_out))
+    prepare_shards(cfg, 0)
+    first = _manifest(tmp_path / "tokens")["tokenizer"]["hash"]
+    assert _manifest(tmp_path / "tokens-eval")["tokenizer"]["hash"] == first  # never one trained on held-out text
+
+    write_docs(tmp_path / "train", texts[5:45], "web")  # other training documents under the same file name
+    prepare_shards(cfg, 0)
+    second = _manifest(tmp_path / "tokens")["tokenizer"]["hash"]
+    assert second != first, "the tokenizer was reused although its training documents changed"
+    assert _manifest(tmp_path / "tokens-eval")["tokenizer"]["hash"] == second  # and the held-out shards follow
