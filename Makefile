@@ -44,6 +44,7 @@ gpu-wheels: install
 		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .gpu-wheels \
 		"pydantic==$$($(PY) -c 'import pydantic; print(pydantic.VERSION)')" \
 		"typer==$$($(PY) -c 'import importlib.metadata as m; print(m.version("typer"))')"
+	$(PY) -c 'from shared.provenance import write_commit_file; print("commit:", write_commit_file().read_text().strip())'
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from shared.provenance import tree_commit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,8 +30,8 @@ def device_facts(device: torch.device) -> dict:
     """Versions and the device's name, memory and bf16 peaks (spec and measured), for the JSON."""
     from shared.hardware import GPU_SPECS, measured_peak_flops
 
-    facts = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-             "device": str(device)}
+    facts = {"commit": tree_commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
+             "python": platform.python_version(), "device": str(device)}
     try:
         import transformers
 

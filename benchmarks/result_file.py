@@ -3,6 +3,10 @@
 The name carries the ISA the run had (`native`, or `avx2` under the ISA caps: `blas_probe.isa_tag`),
 because a CPU figure holds only for its instruction set; a `--quick` smoke run files nothing unless
 `--out` names a file. Written atomically, like every result the benchmarks page reads.
+
+Every result records the commit of the tree that ran it (`commit`, `shared.provenance.tree_commit`:
+carried explicitly to machines whose copy of the repository cannot say), so a figure can be tied
+to code.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from pathlib import Path
 
 from shared.data.atomic import atomic_write_json
 from shared.kernels.blas_probe import isa_tag
+from shared.provenance import tree_commit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -26,8 +31,10 @@ def cpu_result_path(name: str, out: Path | None, quick: bool, threads: int = 0, 
 
 def save_cpu_result(name: str, out: Path | None, quick: bool, result: dict, threads: int = 0,
                     tag: str | None = None) -> Path | None:
-    """Write `result` where `cpu_result_path` says (nothing for a quick run); returns the path written."""
+    """Write `result`, with the tree's `commit`, where `cpu_result_path` says (nothing for a quick run);
+    returns the path written."""
     path = cpu_result_path(name, out, quick, threads, tag)
+    result.setdefault("commit", tree_commit())
     if path is not None:
         atomic_write_json(path, result)
     return path

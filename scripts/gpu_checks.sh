@@ -2,8 +2,12 @@
 # Every GPU check in one call on a bare CUDA machine: ≤ 9 minutes on one H200 (a lent H200 has
 # ~15 minutes of device time per session: prepare everything here, run this once there).
 #
-#   here:  make gpu-wheels                    # wheels the CUDA image lacks -> .gpu-wheels/
+#   here:  make gpu-wheels                    # wheels the CUDA image lacks, and the commit id -> .gpu-wheels/
 #   there: bash scripts/gpu_checks.sh         # carry .gpu-wheels; results go to $OUT (default gpu-results/)
+#
+# The commit the results belong to is written to $OUT/commit.txt and into every JSON (`commit`):
+# $MOELAB_COMMIT, else .gpu-wheels/COMMIT (made here, where git knows the tree), else git there
+# (the device copy's .git has named a commit the tree did not hold; shared/provenance.py).
 #
 # Steps, each with its own time limit (seconds, overridable as <STEP>_TIMEOUT), its log
 # $OUT/<step>.log and, for measurements, its JSON $OUT/<step>.json:
@@ -24,6 +28,9 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export MOELAB_HOME="$OUT/moelab-home"   # doctor's measured peak lands here, and comes back with the results
+MOELAB_COMMIT="$("$PY" -c 'from shared.provenance import tree_commit; print(tree_commit())' 2>/dev/null || echo unknown)"
+export MOELAB_COMMIT
+echo "tree $MOELAB_COMMIT" | tee "$OUT/commit.txt"
 
 if [ -d .gpu-wheels ]; then
     "$PY" -m pip install -q --no-index --find-links .gpu-wheels pydantic typer 2>&1 | tail -3

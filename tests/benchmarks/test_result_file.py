@@ -18,13 +18,14 @@ def test_result_is_named_by_the_isa_the_run_had(monkeypatch, tmp_path):
 
 def test_quick_runs_file_nothing_unless_out_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(result_file, "RESULTS", tmp_path)
+    monkeypatch.setenv("MOELAB_COMMIT", "abc1234")
     assert result_file.save_cpu_result("attention", None, True, {"ratio": 1.0}) is None
     assert list(tmp_path.iterdir()) == []
     out = tmp_path / "mine.json"
     assert result_file.save_cpu_result("attention", out, True, {"ratio": 1.5}) == out
-    assert json.loads(out.read_text()) == {"ratio": 1.5}
+    assert json.loads(out.read_text()) == {"ratio": 1.5, "commit": "abc1234"}
     written = result_file.save_cpu_result("attention", None, False, {"ratio": 2.0})
-    assert written.parent == tmp_path and json.loads(written.read_text()) == {"ratio": 2.0}
+    assert written.parent == tmp_path and json.loads(written.read_text()) == {"ratio": 2.0, "commit": "abc1234"}
 
 
 def test_thread_count_and_a_tag_in_place_of_the_isa_name_other_runs(monkeypatch, tmp_path):
@@ -34,3 +35,4 @@ def test_thread_count_and_a_tag_in_place_of_the_isa_name_other_runs(monkeypatch,
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     assert result_file.cpu_result_path("moe_layer", None, False, threads=1) == tmp_path / "moe_layer.native.t1.json"
     assert result_file.cpu_result_path("moe_layer", None, False, tag="gpu") == tmp_path / "moe_layer.gpu.json"
+

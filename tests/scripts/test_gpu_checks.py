@@ -26,6 +26,7 @@ def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_canno
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the benchmarks need CUDA
     assert "no CUDA device" in (tmp_path / "env.txt").read_text()
+    assert (tmp_path / "commit.txt").read_text().startswith("tree ")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [s["step"] for s in summary["steps"]] == STEPS
     assert all(s["seconds"] <= s["limit"] for s in summary["steps"])
@@ -40,6 +41,15 @@ def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_canno
     for name in ("train_step", "fp8", "backbone"):
         assert "--device cuda needs a CUDA device" in (tmp_path / f"{name}.log").read_text()
         assert not (tmp_path / f"{name}.json").exists()
+
+
+def test_gpu_checks_records_the_commit_it_was_given_not_what_the_copy_s_git_says(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "STEPS": "none", "MOELAB_COMMIT": "2ecc595"}
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_checks.sh")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (tmp_path / "commit.txt").read_text() == "tree 2ecc595\n"
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == []
 
 
 @pytest.mark.slow
