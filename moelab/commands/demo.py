@@ -23,6 +23,7 @@ from pathlib import Path
 import typer
 
 from moelab.commands.demo_processes import RECORD_FILE, start_recorded, stop_recorded
+from moelab.commands.demo_transcript import DemoTranscript
 from shared.net import free_port
 
 
@@ -188,28 +189,32 @@ def _token(root: Path) -> str | None:
     return _resolve_token(None, t.token_env, str(root / t.token_file))
 
 
-def print_summary(summary: dict, tracker_url: str) -> None:
+def print_summary(summary: dict, tracker_url: str) -> list[str]:
+    """Print the run's summary; returns the lines printed (for the transcript)."""
     docs, train = summary["documents"], summary["train"]
-    typer.secho("\n== summary", bold=True)
-    typer.echo(f"documents: raw {docs['raw']} → after filters+dedup {docs['after_filter']} → "
-               f"kept by the scorer {docs['kept']} (keep rate {summary['keep_rate']:.0%})")
+    lines = ["", "== summary",
+             f"documents: raw {docs['raw']} → after filters+dedup {docs['after_filter']} → "
+             f"kept by the scorer {docs['kept']} (keep rate {summary['keep_rate']:.0%})"]
     for source, n in (summary.get("sources") or {}).items():
-        typer.echo(f"  {source:>16}: {n['train']} train / {n['eval']} held-out documents")
+        lines.append(f"  {source:>16}: {n['train']} train / {n['eval']} held-out documents")
     sc = summary.get("scorer") or {}
     if sc.get("held_out_spearman"):
         agreement = ", ".join(f"{n} {v:.2f}" for n, v in sc["held_out_spearman"].items() if v is not None)
         saved = f"{sc['flops_saved']:.0%}" if sc.get("flops_saved") is not None else "n/a"
-        typer.echo(f"scorer: held-out Spearman vs the oracle (Judge) {agreement}; early exit saved {saved} of "
-                   f"backbone FLOPs on the held-out split")
+        lines.append(f"scorer: held-out Spearman vs the oracle (Judge) {agreement}; early exit saved {saved} of "
+                     f"backbone FLOPs on the held-out split")
     tokens = summary.get("tokens") or {}
     if tokens.get("tokens"):
-        typer.echo(f"tokens: {tokens['tokens']:,} in the shards ({tokens.get('docs', 0):,} documents)")
+        lines.append(f"tokens: {tokens['tokens']:,} in the shards ({tokens.get('docs', 0):,} documents)")
     mfu = f"{train['mfu']:.2%}" if train.get("mfu") is not None else "n/a"
-    typer.echo(f"train: {train['steps']} steps, loss {train['loss']:.3f}, eval loss {train.get('eval/loss', float('nan')):.3f}, "
-               f"{train['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")
+    lines.append(f"train: {train['steps']} steps, loss {train['loss']:.3f}, eval loss {train.get('eval/loss', float('nan')):.3f}, "
+                 f"{train['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")
     for name, st in summary["stages"].items():
-        typer.echo(f"  stage {name:>9}: {'skipped' if st['skipped'] else str(st['seconds']) + ' s'}")
-    typer.secho(f"dashboard: {tracker_url}/", bold=True)
+        lines.append(f"  stage {name:>9}: {'skipped' if st['skipped'] else str(st['seconds']) + ' s'}")
+    lines.append(f"dashboard: {tracker_url}/")
+    for line in lines:
+        typer.secho(line, bold=line.startswith(("== ", "dashboard:")))
+    return lines
 
 
 # The demo's own ablation: the smallest that gives an interval (raw vs curated, 2 seeds, 40 steps,
@@ -221,7 +226,7 @@ DEMO_ABLATION = ["ablation.arms=[{name: raw, documents: ['data/demo/*.jsonl.gz']
                  "ablation.out_dir=runs/ablation/demo-small"]
 
 
-def run_demo_ablation(root: Path, runs: Path, tracker_url: str, env: dict[str, str]) -> None:
+def run_demo_ablation(root: Path, runs: Path, tracker_url: str, env: dict[str, str], transcript: DemoTranscript) -> None:
     """Submit the demo's small ablation as a second Ray job and print its verdict lines, whatever they say."""
     cmd = [_bin("ray"), "job", "submit", "--address", DEMO_HEAD.dashboard, "--working-dir", str(root),
            "--runtime-env-json", json.dumps({"env_vars": env}), "--", sys.executable, "-m", "cluster.ablation",
@@ -233,15 +238,17 @@ def run_demo_ablation(root: Path, runs: Path, tracker_url: str, env: dict[str, s
     last = None
     for line in proc.stdout:
         sys.stdout.write(line)
+        transcript.add(line)
         if line.startswith("{") and '"verdicts"' in line:
             last = json.loads(line)
     if proc.wait() != 0 or last is None:
         typer.secho("the ablation job failed (see the log above)", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=1)
-    typer.secho("\n== data ablation (raw vs curated, 2 seeds)", bold=True)
-    for line in last["verdicts"]:
-        typer.echo(f"verdict: {line}")
-    typer.echo(f"report: {last['files']['markdown']}")
+    lines = ["", "== data ablation (raw vs curated, 2 seeds)", *(f"verdict: {v}" for v in last["verdicts"]),
+             f"report: {last['files']['markdown']}"]
+    for line in lines:
+        typer.secho(line, bold=line.startswith("== "))
+        transcript.add(line)
 
 
 def register(app: typer.Typer) -> None:
@@ -259,25 +266,41 @@ def register(app: typer.Typer) -> None:
         if stop:
             stop_demo(root)
             return
-        ensure_ray(root, cpus)
-        tracker_url = ensure_tracker(root, port)
-        env = {"MOELAB_TRACKER_TOKEN": _token(root) or "", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-        runs = root / "runs"
-        cmd = [_bin("ray"), "job", "submit", "--address", DEMO_HEAD.dashboard, "--working-dir", str(root),
-               "--runtime-env-json", json.dumps({"env_vars": env}), "--",
-               sys.executable, "-m", "cluster.pipeline", config, f"train.out_dir={runs}",
-               f"tracker.url={tracker_url}", f"tracker.spool_dir={runs / 'spool'}"]
-        typer.echo("submitting: " + " ".join(cmd[:6]) + " … -- python -m cluster.pipeline " + config)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**ray_env(), "RAY_ADDRESS": DEMO_HEAD.dashboard})
-        last_json = None
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            if line.startswith("{") and '"documents"' in line:
-                last_json = line
-        if proc.wait() != 0 or last_json is None:
-            typer.secho("the pipeline job failed (see the log above)", fg=typer.colors.RED, err=True)
-            raise typer.Exit(code=1)
-        print_summary(json.loads(last_json), tracker_url)
-        if ablation:
-            run_demo_ablation(root, runs, tracker_url, env)
+        transcript = DemoTranscript(root, cpus)
+        try:
+            _run(root, config, port, cpus, ablation, transcript)
+        except BaseException as exc:  # a failed or interrupted run keeps its record too
+            why = f"exit {exc.exit_code}" if isinstance(exc, typer.Exit) else type(exc).__name__
+            typer.echo(f"transcript: {transcript.write(transcript.stages, f'failed ({why})')}")
+            raise
+        typer.echo(f"transcript: {transcript.write(transcript.stages, 'finished')}")
+
+
+def _run(root: Path, config: str, port: int, cpus: int, ablation: bool, transcript: DemoTranscript) -> None:
+    """Start Ray and the tracker, submit the pipeline, print its summary (and the ablation's verdicts)."""
+    ensure_ray(root, cpus)
+    tracker_url = ensure_tracker(root, port)
+    env = {"MOELAB_TRACKER_TOKEN": _token(root) or "", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    runs = root / "runs"
+    cmd = [_bin("ray"), "job", "submit", "--address", DEMO_HEAD.dashboard, "--working-dir", str(root),
+           "--runtime-env-json", json.dumps({"env_vars": env}), "--",
+           sys.executable, "-m", "cluster.pipeline", config, f"train.out_dir={runs}",
+           f"tracker.url={tracker_url}", f"tracker.spool_dir={runs / 'spool'}"]
+    typer.echo("submitting: " + " ".join(cmd[:6]) + " … -- python -m cluster.pipeline " + config)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**ray_env(), "RAY_ADDRESS": DEMO_HEAD.dashboard})
+    last_json = None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        transcript.add(line)
+        if line.startswith("{") and '"documents"' in line:
+            last_json = line
+    if proc.wait() != 0 or last_json is None:
+        typer.secho("the pipeline job failed (see the log above)", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=1)
+    summary = json.loads(last_json)
+    transcript.stages = summary.get("stages")
+    for line in print_summary(summary, tracker_url):
+        transcript.add(line)
+    if ablation:
+        run_demo_ablation(root, runs, tracker_url, env, transcript)
