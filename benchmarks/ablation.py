@@ -14,7 +14,9 @@ better) and clean / garbage for task accuracy.
     .venv/bin/python benchmarks/ablation.py --quick    # 2 seeds, 6 steps, tiny model (a smoke test)
 
 The last line is one JSON object with bpb_gap (garbage − clean, mean over seeds), bpb_ci_low,
-task_gap (clean − garbage accuracy), task_ci_low, seconds, and `passed`; the exit code is 1 when the
+task_gap (clean − garbage accuracy), task_ci_low, seconds, and `passed`; a full run also writes it
+to benchmarks/results/ablation.json (or `--out`) with the command and the load average before and
+after, since `seconds` is wall-clock on whatever else the machine was running; the exit code is 1 when the
 clean arm does not win on BPB with an interval excluding zero (the task verdict is reported, since
 at CPU scale accuracy can sit at chance: then the continuous metrics are the ones that separate).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import sys
 import tempfile
@@ -33,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "benchmarks" / "results"
 
 GARBAGE_FRACTION = 0.3
 BOILERPLATE = ("Home | About us | Contact | Privacy policy | Terms of use | Cookie settings\n"
@@ -112,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cluster.ablation import run_ablation
 
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ablation-bench-") as tmp:
         work = args.work or Path(tmp)
@@ -142,11 +147,16 @@ def main(argv: list[str] | None = None) -> int:
               "separating_metrics": sorted(m for m, c in comp.items() if c.get("excludes_zero")
                                            and (c["mean"] < 0) == c["higher_is_better"]),
               "seeds": seeds, "steps": steps, "budget_tokens": report["budget_tokens"], "quick": args.quick,
-              "verdicts": report["verdicts"], "seconds": round(seconds, 1), "passed": passed}
-    if args.out:
+              "verdicts": report["verdicts"], "seconds": round(seconds, 1), "passed": passed,
+              # `seconds` is wall-clock: read it against the machine's load while it ran
+              "load_average_before": [round(x, 2) for x in load_before],
+              "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
+              "command": " ".join([".venv/bin/python", "benchmarks/ablation.py", *(argv if argv is not None else sys.argv[1:])])}
+    out = args.out or (None if args.quick else RESULTS / "ablation.json")
+    if out is not None:
         from shared.data.atomic import atomic_write_json
 
-        atomic_write_json(args.out, result)
+        atomic_write_json(out, result)
     print(json.dumps(result))
     return 0 if passed else 1
 

@@ -191,7 +191,11 @@ def prepare(cfg: ExperimentConfig, log=print) -> tuple[list[ArmPlan], dict[str, 
                 "rates": dict(arm.rates), "shard_dir": str(root / "tokens"), "use_ray": False,
                 "tokenizer": m.tokenizer.model_copy(update={"path": str(tok.path)}),
             }),
-            "train": cfg.train.model_copy(update={"out_dir": str(out / "runs")}),
+            # the ablation measures each final model once, with its own suite settings (ablation.suite):
+            # the trainer's in-loop suite would score the same model again at the last step
+            "train": cfg.train.model_copy(update={
+                "out_dir": str(out / "runs"),
+                "eval_suite": cfg.train.eval_suite.model_copy(update={"enabled": False})}),
         })
         for shards in (root / "tokens", root / "tokens-eval"):  # built with another tokenizer: rebuild
             made = shards / "manifest.json"

@@ -117,3 +117,10 @@ def test_a_finished_arm_seed_is_not_reused_once_its_arm_data_changed(tmp_path):
     with (tmp_path / "corpus" / "noisy.jsonl").open("a") as fh:
         fh.write(json.dumps({"text": "a new noisy document " * 20, "source": "prose"}) + "\n")
     assert finished(items()[("noisy", 0)]) is None
+
+
+def test_arm_seeds_leave_the_final_model_to_the_ablations_own_suite(tmp_path):
+    """The trainer's in-loop suite would score every final model a second time at its last step."""
+    cfg = ablation_config(tmp_path, "train.eval_suite.enabled=true")
+    plans, _ = prepare(cfg, log=lambda *_: None)
+    assert plans and not any(p.cfg.train.eval_suite.enabled for p in plans)
