@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.exporter.hf_dir import build_hf_model, write_hf_folder
+from services.exporter.hf_dir import MAX_SHARD, build_hf_model, write_hf_folder
 from services.exporter.lineage import record_export
 from services.exporter.mapping import Architecture, choose_architecture, hf_config
 from services.exporter.roundtrip import RoundTrip, check_round_trip
@@ -55,7 +55,8 @@ def _replace(tmp: Path, out: Path) -> None:
 
 
 def export_checkpoint(ckpt: str | os.PathLike, out: str | os.PathLike, *, bias: str = "average",
-                      overwrite: bool = False, greedy_tokens: int = 16, record: bool = True) -> ExportResult:
+                      overwrite: bool = False, greedy_tokens: int = 16, record: bool = True,
+                      max_shard: str = MAX_SHARD) -> ExportResult:
     """Export `ckpt` (run folder or step_* folder) to `out`; see the module docstring."""
     out = Path(out).absolute()
     if out.exists() and not overwrite:
@@ -84,7 +85,7 @@ def export_checkpoint(ckpt: str | os.PathLike, out: str | os.PathLike, *, bias: 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        write_hf_folder(tmp, hf_model, tokenizer, trained.cfg, restore, manifest)
+        write_hf_folder(tmp, hf_model, tokenizer, trained.cfg, restore, manifest, max_shard)
         del hf_model
         check = check_round_trip(trained.model, tmp, greedy_tokens=greedy_tokens)
         manifest["round_trip"] = check.figures()

@@ -53,9 +53,10 @@ def build_hf_model(arch: Architecture, fields: dict[str, Any], state: dict[str, 
 
 
 def write_hf_folder(out: Path, model: transformers.PreTrainedModel, tokenizer: MoeTokenizer, cfg: ExperimentConfig,
-                    restore: dict[str, torch.Tensor], manifest: dict[str, Any]) -> None:
-    """Write everything but the final manifest figures into `out` (a fresh temporary folder)."""
-    model.save_pretrained(out, max_shard_size=MAX_SHARD, safe_serialization=True)
+                    restore: dict[str, torch.Tensor], manifest: dict[str, Any], max_shard: str = MAX_SHARD) -> None:
+    """Write everything but the final manifest figures into `out` (a fresh temporary folder); weights above
+    `max_shard` are split into shards with an index."""
+    model.save_pretrained(out, max_shard_size=max_shard, safe_serialization=True)
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer.path / "tokenizer.json")
                                                 if tokenizer.path.is_dir() else str(tokenizer.path),
                                                 eos_token=tokenizer.eos_token)

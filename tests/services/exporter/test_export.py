@@ -180,3 +180,13 @@ def test_export_is_recorded_as_an_artifact_of_the_source_run_offline(tmp_path):
     assert "run-abc123" in {f.stem for f in spool.glob("*.jsonl")}
     assert '"artifact"' in text and str(result.out) in text and "Glm4MoeForCausalLM" in text
     assert "max_abs_logit_diff" in text and str(result.checkpoint) in text
+
+
+def test_weights_above_the_shard_size_are_split_with_an_index_that_loads(tmp_path):
+    run, _ = make_run(tmp_path, "sharded", recipe="tiny-dense.yaml")
+    result = export_checkpoint(run, tmp_path / "hf", greedy_tokens=4, max_shard="200KB")
+    index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and all((tmp_path / "hf" / s).is_file() for s in shards)
+    assert not (tmp_path / "hf" / "model.safetensors").exists()
+    assert result.check.max_abs_logit_diff <= 1e-4 and result.check.greedy_equal
