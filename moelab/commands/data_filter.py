@@ -127,4 +127,8 @@ def format_funnel(stats: dict) -> str:
         if "funnel" in d:
             lines.append(f"source {source}: " + " -> ".join(f"{f['stage']} {f['docs']}" for f in d["funnel"]))
     lines.append(f"near duplicates: {stats['near_duplicates']}  written: {stats['written']}")
+    if "ids" in stats:
+        from moelab.commands.data_inspect import describe_ids
+
+        lines.append(describe_ids(stats["ids"]))
     return "\n".join(lines)

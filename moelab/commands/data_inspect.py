@@ -30,6 +30,8 @@ def format_sources(stats: dict[str, Any], source: str | None = None) -> str:
                      + " -> ".join(f"{f['stage']} {f['docs']}" for f in d.get("funnel", [])))
         removed = d.get("removed", {})
         lines.append("  removed: " + (", ".join(f"{k} {v}" for k, v in removed.items()) or "-"))
+        if "ids" in d:
+            lines.append("  " + describe_ids(d["ids"]))
         for st in d.get("stages", []):
             line = f"  {st['name']:<15} bytes in {_mb(st['bytes_in']):>10}  kept {_mb(st['bytes_kept']):>10}"
             if st.get("edited"):
@@ -43,6 +45,16 @@ def format_sources(stats: dict[str, Any], source: str | None = None) -> str:
         known = ", ".join(stats.get("sources", {})) or "none"
         raise KeyError(f"no source {source!r} in this output (sources: {known})")
     return "\n".join(lines)
+
+
+def describe_ids(ids: dict[str, Any]) -> str:
+    """One line on document ids the run could not take as they were (stats `ids`, see the filter's accounting)."""
+    issues = ", ".join(f"{k} {v}" for k, v in ids.get("issues", {}).items())
+    line = (f"ids: {ids['duplicate_read']} duplicates read, {ids['duplicate_written']} written; "
+            f"{ids['not_string']} not strings, {ids['missing']} missing" + (f" ({issues})" if issues else ""))
+    if ids.get("duplicate_examples"):
+        line += "; e.g. " + ", ".join(ids["duplicate_examples"])
+    return line
 
 
 def removed_samples(root: Path, source: str | None, reason: str | None, n: int) -> Iterator[dict[str, Any]]:

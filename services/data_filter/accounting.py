@@ -163,3 +163,45 @@ def merge_stage_lists(lists: list[list[dict[str, Any]]]) -> list[dict[str, Any]]
             else:
                 merged[st.name] = st
     return [s.to_dict() for s in merged.values()]
+
+
+def id_report(units: list[tuple[str, dict[str, int], list[str]]], written: list[tuple[str, str]],
+              n_examples: int = 5) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Document ids that downstream stages cannot key on, counted over the whole run and per source.
+
+    `units` gives, in input order, each unit's source, its `id_issues` (ids missing or not strings,
+    see `io.readers`) and the ids of every document it read; `written` the (source, id) of every
+    written row. A duplicate is an id already seen earlier in the run, counted at its later
+    occurrence: among the documents read (`duplicate_read`) and among those written
+    (`duplicate_written`; the scorer's labels and scores are keyed on ids, so these matter most).
+    Returns the run's summary and one per source.
+    """
+    def empty() -> dict[str, Any]:
+        return {"missing": 0, "not_string": 0, "issues": {}, "duplicate_read": 0, "duplicate_written": 0}
+
+    total, per_source = empty(), {}
+    examples: list[str] = []
+    seen: set[str] = set()
+    for source, issues, ids in units:
+        d = per_source.setdefault(source, empty())
+        for issue, n in issues.items():
+            for target in (total, d):
+                target["issues"][issue] = target["issues"].get(issue, 0) + n
+                target["missing" if issue == "missing" else "not_string"] += n
+        for doc_id in ids:
+            if doc_id in seen:
+                total["duplicate_read"] += 1
+                d["duplicate_read"] += 1
+                if len(examples) < n_examples and doc_id not in examples:
+                    examples.append(doc_id)
+            else:
+                seen.add(doc_id)
+    seen.clear()
+    for source, doc_id in written:
+        if doc_id in seen:
+            total["duplicate_written"] += 1
+            per_source.setdefault(source, empty())["duplicate_written"] += 1
+        else:
+            seen.add(doc_id)
+    total["duplicate_examples"] = examples
+    return total, per_source

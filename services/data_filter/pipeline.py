@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from services.data_filter.accounting import merge_stage_lists
+from services.data_filter.accounting import id_report, merge_stage_lists
 from services.data_filter.dedup.lsh import find_duplicates
 from services.data_filter.fitting import fitted_path, run_fitted
 from services.data_filter.io.readers import Unit, plan_units
@@ -41,6 +42,7 @@ from services.data_filter.worker import UnitProcessor, meta_json, unit_paths
 from shared.config.data import DataConfig
 
 Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 
 def settings_hash(data: DataConfig) -> str:
@@ -104,16 +106,17 @@ def run(data: DataConfig, out_dir: str | Path | None = None, progress: Progress 
             s["fitted_removed"] = fitted[s["unit"]]["stage"]["in"] - fitted[s["unit"]]["stage"]["kept"]
     removed_fitted = {int(k): r for f in fitted.values() for k, r in f["removed"].items()}
     scores = {int(k): v for f in fitted.values() for k, v in f["scores"].items()}
-    shards, extra_samples, written = _write_shards(rows, dups, removed_fitted, scores, out, fcfg.shard_docs,
-                                                   fcfg.samples_per_reason)
-    stats = _summarise(unit_stats, dups, written, filter_seconds, dedup_seconds, time.perf_counter() - t_start)
+    shards, extra_samples, written_rows = _write_shards(rows, dups, removed_fitted, scores, out, fcfg.shard_docs,
+                                                        fcfg.samples_per_reason)
+    stats = _summarise(unit_stats, dups, len(written_rows), filter_seconds, dedup_seconds, time.perf_counter() - t_start)
+    _add_id_report(stats, units, unit_stats, work, written_rows)
     stats["fitted"] = fitted_summary
     if rebuilt:
         stats["rebuilt"] = rebuilt
     _merge_side_files(units, work, out, extra_samples, fcfg.samples_per_reason)
     stats["tracker"] = report_funnel(stats, experiment)
     write_json(stats, out / "stats.json")
-    write_json({"schema": [f.name for f in OUTPUT_SCHEMA], "shards": shards, "documents": written,
+    write_json({"schema": [f.name for f in OUTPUT_SCHEMA], "shards": shards, "documents": len(written_rows),
                 "fingerprint": fp}, out / "manifest.json")
     return stats
 
@@ -152,7 +155,8 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
     id_of_key: dict[int, str] = {}
     reps = set(dups.values())
     buf: list[pa.Table] = []
-    n_buf = written = 0
+    n_buf = 0
+    written: list[tuple[str, str]] = []  # (source, id) of every written row
 
     def flush(final: bool) -> None:
         nonlocal buf, n_buf
@@ -199,7 +203,7 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
                     samples.append({"key": k, "id": t.column("id")[i].as_py(), "text": t.column("text")[i].as_py()[:2000],
                                     "source": t.column("source")[i].as_py(), "rep_key": dups[k]})
             t = t.filter(pa.array(mask, type=pa.bool_()))
-        written += t.num_rows
+        written.extend(zip(t.column("source").to_pylist(), t.column("id").to_pylist(), strict=True))
         buf.append(t.select(OUTPUT_SCHEMA.names))
         n_buf += t.num_rows
         flush(False)
@@ -209,6 +213,23 @@ def _write_shards(rows: list[str], dups: dict[int, int], fitted_out: dict[int, s
         s.pop("key")
         s.update({"filter": "dedup", "reason": "near_duplicate", "meta": "{}"})
     return shards, fitted_samples + samples, written
+
+
+def _add_id_report(stats: dict[str, Any], units: list[Unit], unit_stats: list[dict[str, Any]], work: Path,
+                   written: list[tuple[str, str]]) -> None:
+    """stats `ids` and each source's `ids`: missing, non-string and duplicate document ids (see
+    `accounting.id_report`); a duplicate among the written documents is also logged."""
+    per_unit = [(s["source"], s.get("id_issues", {}),
+                 pq.read_table(unit_paths(work, u.index)["ids"]).column("id").to_pylist())
+                for u, s in zip(units, unit_stats, strict=True)]
+    total, per_source = id_report(per_unit, written)
+    stats["ids"] = total
+    for source, d in stats["sources"].items():
+        d["ids"] = per_source[source]  # every source has units, so an entry
+    if total["duplicate_written"]:
+        log.warning("data filter: %d written documents share an id with an earlier one (e.g. %s); the scorer keys "
+                    "labels and scores on ids: give the inputs unique ids", total["duplicate_written"],
+                    ", ".join(total["duplicate_examples"][:3]))
 
 
 def _summarise(unit_stats, dups, written, filter_s, dedup_s, total_s) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from services.data_filter.accounting import Chain
 from services.data_filter.dedup.minhash import Signer
 from services.data_filter.filters import build_chain
 from services.data_filter.filters.base import reviews_layout
-from services.data_filter.io.readers import Reject, Unit, read_unit
+from services.data_filter.io.readers import ID_ISSUE, Reject, Unit, read_unit
 from services.data_filter.io.writer import write_json, write_jsonl, write_parquet
 from shared.config.chains import ChainConfig, FilterConfig
 
@@ -27,7 +27,8 @@ PREVIEW_CHARS = 2000
 def unit_paths(work: Path, index: int) -> dict[str, Path]:
     base = work / "units" / f"u{index:06d}"
     return {k: base.with_suffix(s) for k, s in
-            (("rows", ".parquet"), ("rejects", ".rejects.jsonl"), ("removed", ".removed.jsonl"), ("stats", ".json"))}
+            (("rows", ".parquet"), ("ids", ".ids.parquet"), ("rejects", ".rejects.jsonl"), ("removed", ".removed.jsonl"),
+             ("stats", ".json"))}
 
 
 def meta_json(meta: dict[str, Any]) -> str:
@@ -70,11 +71,16 @@ class UnitProcessor:
         removed: list[dict[str, Any]] = []
         per_reason: dict[str, int] = {}
         records = 0
+        ids: list[str] = []  # every document's id, kept or not: the pipeline counts duplicates over the run
+        id_issues: dict[str, int] = {}
         for item in read_unit(unit, self.cfg.max_doc_bytes):
             records += 1
             if isinstance(item, Reject):
                 rejects.append(item.to_dict())
                 continue
+            ids.append(item.id)
+            if ID_ISSUE in item.meta:
+                id_issues[item.meta[ID_ISSUE]] = id_issues.get(item.meta[ID_ISSUE], 0) + 1
             hit = chain.run(item)
             if hit is None:
                 keep_rows["key"].append((unit.index << 32) | len(keep_rows["key"]))
@@ -94,6 +100,7 @@ class UnitProcessor:
             for b in range(self.signer.bands):
                 table = table.append_column(f"band_{b}", pa.array(bands[:, b], type=pa.uint64()))
         write_parquet(table, paths["rows"])
+        write_parquet(pa.table({"id": pa.array(ids, type=pa.string())}), paths["ids"])
         write_jsonl(rejects, paths["rejects"])
         write_jsonl(removed, paths["removed"])
         reasons: dict[str, int] = {}
@@ -103,6 +110,7 @@ class UnitProcessor:
             "unit": unit.index, "source": unit.source, "kind": unit.kind, "path": unit.path,
             "records": records, "rejected": dict(sorted(reasons.items())), "docs": records - len(rejects),
             "kept": len(keep_rows["id"]), "stages": [s.to_dict() for s in chain.stats],
+            "id_issues": dict(sorted(id_issues.items())),
         }
         write_json(stats, paths["stats"])
         return stats

@@ -25,6 +25,7 @@ from services.data_filter.filters.base import Doc
 
 _BLOCK = 1 << 22
 _RESERVED = ("id", "text", "source", "meta")
+ID_ISSUE = "id_issue"
 
 
 @dataclass(frozen=True)
@@ -191,10 +192,7 @@ def _record_to_doc(obj: Any, unit: Unit, line: int, cap: int) -> Doc | Reject:
         return reject("too_large", f"{size} bytes > max_doc_bytes {cap}")
     if not text.strip():
         return reject("empty_text")
-    raw_id = obj.get("id")
-    doc_id = str(raw_id) if isinstance(raw_id, str | int) and not isinstance(raw_id, bool) and str(raw_id) else (
-        f"{unit.source}/{os.path.basename(unit.path)}#{line}"
-    )
+    doc_id, id_issue = _document_id(obj.get("id"), unit, line)
     meta = _meta_of(obj.get("meta"))
     for key, value in obj.items():
         if key not in _RESERVED:
@@ -202,7 +200,24 @@ def _record_to_doc(obj: Any, unit: Unit, line: int, cap: int) -> Doc | Reject:
     if "source" in obj and obj["source"] is not None:
         meta["orig_source"] = obj["source"]
     meta["line"] = line
+    if id_issue:
+        meta[ID_ISSUE] = id_issue
     return Doc(doc_id, text, unit.source, unit.kind, meta)
+
+
+def _document_id(raw: Any, unit: Unit, line: int) -> tuple[str, str | None]:
+    """The document's id and, when the record's own id could not be used as it is, why (meta
+    `id_issue`, counted per source): `missing` (absent, null or empty: named by file and line),
+    `not_string:int` (a whole number, kept as its digits), `not_string:<type>` (anything else,
+    replaced by the file-and-line name). Uniqueness is checked over the whole run (pipeline)."""
+    if isinstance(raw, str) and raw:
+        return raw, None
+    fallback = f"{unit.source}/{os.path.basename(unit.path)}#{line}"
+    if raw is None or raw == "":
+        return fallback, "missing"
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw), "not_string:int"
+    return fallback, f"not_string:{type(raw).__name__}"
 
 
 def _meta_of(value: Any) -> dict[str, Any]:
