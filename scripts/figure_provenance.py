@@ -28,6 +28,11 @@ paragraph (text between blank lines; a table is one paragraph) may carry:
 - `(source: <what>)`: figures that are not measurements of this code (a paper's constant, a
   default, arithmetic on other figures), counted and printed with each run.
 
+A console transcript is tied to the file a command wrote by naming it after the fence's language
+(```` ```console docs/transcripts/demo.txt ````): every line of the block must then be a line of
+that file (`moelab demo` writes `runs/demo-transcript.txt`; commit a copy). Fenced blocks that name
+no file are not checked; the run prints how many such console blocks there are.
+
     python scripts/figure_provenance.py            # check the docs in CHECKED_DOCS; exit 1 on a failure
     python scripts/figure_provenance.py --all      # also list the figures of the docs not yet checked
 
@@ -112,6 +117,7 @@ class Report:
     failures: list[str] = field(default_factory=list)
     checked: int = 0
     stale_marked: int = 0
+    untied_transcripts: int = 0  # console blocks that name no transcript file
     uncheckable: int = 0
     source_noted: int = 0
 
@@ -251,8 +257,27 @@ def tree_of(folder: Path) -> str:
     return ""
 
 
+def check_transcripts(rel: str, text: str, root: Path, report: Report) -> None:
+    """Console blocks that name a transcript file must quote it line for line."""
+    for m in re.finditer(r"^```console([^\n]*)\n(.*?)^```", text, flags=re.S | re.M):
+        named = m.group(1).split()
+        if not named:
+            report.untied_transcripts += 1
+            continue
+        line = text[:m.start()].count("\n") + 1
+        path = root / named[0]
+        if not path.is_file():
+            report.failures.append(f"{rel}:{line}: the console block names {named[0]}, which does not exist")
+            continue
+        have = {ln.rstrip() for ln in path.read_text(encoding="utf-8").splitlines()}
+        for i, quoted in enumerate(m.group(2).splitlines(), line + 1):
+            if quoted.strip() and quoted.rstrip() not in have:
+                report.failures.append(f"{rel}:{i}: this transcript line is not in {named[0]}: {quoted.strip()[:80]}")
+
+
 def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> None:
     text = (root / rel).read_text(encoding="utf-8")
+    check_transcripts(rel, text, root, report)
     for line, para in paragraphs(text):
         stale_marks = STALE.findall(para)
         trees = {t[:7] for t in UNCHECKABLE.findall(para)}
@@ -306,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         print(failure, file=sys.stderr)
     print(f"figure provenance: {report.checked} figures in {len(CHECKED_DOCS)} docs; "
           f"{len(report.failures)} unproduced or stale; accepted as marked: {report.stale_marked} stale, "
-          f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source")
+          f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source; "
+          f"{report.untied_transcripts} console block(s) tied to no transcript file")
     if args.all:
         others = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
         others = [d for d in others if d not in CHECKED_DOCS and d not in NOT_CHECKED]

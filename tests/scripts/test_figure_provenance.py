@@ -88,6 +88,17 @@ def test_a_stated_source_is_accepted_and_counted(repo):
     assert report.failures == [] and report.source_noted == 1
 
 
+def test_a_console_block_naming_a_transcript_must_quote_it_line_for_line(repo):
+    (repo / "docs" / "transcripts").mkdir(parents=True)
+    (repo / "docs" / "transcripts" / "demo.txt").write_text("commit: abc1234\n== filter: done in 31.6s\n")
+    tied = "```console docs/transcripts/demo.txt\n== filter: done in 31.6s\n```\n"
+    assert _check(repo, tied).failures == []
+    altered = _check(repo, tied.replace("31.6s", "21.6s"))
+    assert len(altered.failures) == 1 and "README.md:2: this transcript line is not in docs/transcripts/demo.txt" in altered.failures[0]
+    untied = _check(repo, "```console\n== filter: done in 9.9s\n```\n")
+    assert untied.failures == [] and untied.untied_transcripts == 1
+
+
 def test_the_checked_docs_of_this_repository_pass():
     fp._last_commit.cache_clear()
     report = fp.run()
