@@ -189,6 +189,22 @@ function lineChart(container, spec) {
   return u;
 }
 
+// New data for a drawn chart with the same lines: drawn in place, so a live refresh keeps the
+// zoomed range, the chart object and the hover readout (refreshed for the new values).
+function updateChart(u, spec) {
+  const data = alignLines(spec.lines);
+  if (spec.log) for (let i = 1; i < data.length; i++) data[i] = data[i].map((v) => (v === undefined || v === null || v > 0 ? v : null));
+  spec.hint = u.spec.hint;
+  spec.zoom = u.spec.zoom;
+  u.spec = spec;
+  u.lines = spec.lines.slice();
+  const zoomed = spec.zoom && spec.zoom.range;
+  u.setData(data, !zoomed);
+  if (zoomed) spec.zoom.apply(u);
+  const idx = u.cursor.idx;
+  if (idx !== null && idx !== undefined && u.cursor.left >= 0) u.readout.textContent = readoutText(u, spec);
+}
+
 function destroyChart(id) {
   const u = T.charts[id];
   if (!u) return;

@@ -76,7 +76,7 @@ function failed(e) {
 
 function fmtTime(ts) {
   if (!ts) return "";
-  return new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19);
+  return new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
 }
 
 function fmtDuration(s) {
@@ -98,6 +98,7 @@ function fmtNum(v) {
 // Axis ticks: short (12k, 1.5M) so a million-step axis stays legible, with as many decimals as
 // the tick spacing `incr` needs to keep neighbouring ticks distinct.
 function fmtTick(v, incr) {
+  if (v === null || v === undefined) return "";  // a tick uPlot leaves unlabelled (log scales)
   const a = Math.abs(v);
   if (a < 1e4 || !incr) return fmtNum(v);
   const [scale, suffix] = a >= 1e9 ? [1e9, "G"] : a >= 1e6 ? [1e6, "M"] : [1e3, "k"];
@@ -150,6 +151,7 @@ const BAD_EVENTS = new Set(["router_health", "warning", "error", "bad_step"]);
 
 // The run page's sections.
 function sectionOf(key) {
+  if (key.startsWith("system/")) return "system";
   if (key.startsWith("router/")) return "router";
   if (TRAINING.includes(key) || key.startsWith("train/") || key.startsWith("eval/")) return "training";
   return "other";
@@ -169,12 +171,13 @@ function layerOf(key) {
 // Keys logged once (a stage's figures) belong in a summary table, not in one-point charts.
 function isSummary(info) { return info.points <= 1; }
 
-function summaryTable(id, rows, columns) {
-  // rows: [{key, values: [..one per column]}]
+function summaryTable(id, rows, columns, marksDifferences = true) {
+  // rows: [{key, values: [..one per column]}]; with marksDifferences, rows whose columns differ
+  // (runs side by side) are highlighted
   const head = el("tr", {}, el("th", { text: "key" }), ...columns.map((c) => el("th", { text: c })));
   const table = el("table", { id, class: "summary" }, head);
   for (const r of rows) {
-    const differs = r.values.length > 1 && new Set(r.values.map(String)).size > 1;
+    const differs = marksDifferences && r.values.length > 1 && new Set(r.values.map(String)).size > 1;
     table.appendChild(el("tr", { "data-key": r.key, class: differs ? "differs" : "" }, el("td", { text: r.key }),
       ...r.values.map((v) => el("td", { class: "num", text: fmtNum(v) }))));
   }

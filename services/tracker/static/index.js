@@ -58,7 +58,6 @@ const POLL_MS = 10000;  // ?poll=<ms> (at least 500) polls faster
       desc: view.desc ? "true" : "false", brief: "true", limit: PAGE, offset: view.offset, top: view.nest && !view.q ? "true" : undefined, ...extra };
   }
 
-  const sortable = [["name", "name"], ["status", "status"], ["created", "created (UTC)"]];
   function header() {
     const th = (key, label) => {
       const arrow = view.sort === key ? (view.desc ? " ▼" : " ▲") : "";
@@ -70,7 +69,7 @@ const POLL_MS = 10000;  // ?poll=<ms> (at least 500) polls faster
       return cell;
     };
     return el("tr", {}, el("th", {}), th("name", "name"), el("th", { text: "project" }), th("status", "status"),
-      el("th", { text: "tags" }), th("created", "created (UTC)"), el("th", { text: "duration" }),
+      el("th", { text: "tags" }), th("created", "created"), el("th", { text: "duration" }),
       ...view.metrics.map((m) => th("metric:" + m, m)), ...view.columns.map((c) => th("config:" + c, c)),
       el("th", { text: "host" }), el("th", { text: "commit" }), el("th", { text: "parent" }));
   }

@@ -10,25 +10,31 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
   const root = document.getElementById("main");
   const runId = decodeURIComponent(location.pathname.split("/").pop());
   const state = { run: null, events: [], plain: [], eventTotal: 0, funnelEvents: [], calibrationEvents: [],
-    xAxis: "step", smoothing: 0, live: true };
+    xAxis: "step", smoothing: 0, live: true, panels: [] };
   const enc = encodeURIComponent(runId);
 
   const title = el("h1", { id: "run-name" });
   const lineage = el("div", { class: "meta", id: "lineage" });
   const meta = el("div", { class: "meta", id: "run-meta" });
   const xSel = el("select", { id: "x-axis" }, el("option", { value: "step", text: "x: step" }),
-    el("option", { value: "wall", text: "x: wall time (s since start)" }));
+    el("option", { value: "wall", text: "x: wall time (s since start)" }),
+    el("option", { value: "tokens", text: "x: tokens (the run's `tokens` series)", disabled: true }));
   const smoothIn = el("input", { id: "smoothing", type: "range", min: "0", max: "0.99", step: "0.01", value: "0" });
   const smoothOut = el("span", { class: "note", text: "smoothing 0" });
   const liveBox = el("input", { id: "live", type: "checkbox" });
   liveBox.checked = true;
   const resetBtn = el("button", { id: "reset-zoom", type: "button", text: "Reset zoom" });
+  const keyList = el("datalist", { id: "run-keys" });
+  const panelIn = el("input", { id: "panel-keys", list: "run-keys", size: 34, placeholder: "keys to overlay: train/loss, eval/loss" });
+  const panelBtn = el("button", { id: "add-panel", type: "button", text: "Add panel" });
   const controls = el("div", { class: "controls" }, xSel, el("label", {}, "smoothing ", smoothIn), smoothOut,
-    el("label", {}, liveBox, " live update"), resetBtn);
+    el("label", {}, liveBox, " live update"), resetBtn, panelIn, keyList, panelBtn);
   const sections = {
+    panels: el("div", { class: "grid", id: "charts-panels" }),
     training: el("div", { class: "grid", id: "charts-training" }),
     router: el("div", { class: "grid", id: "charts-router" }),
     other: el("div", { class: "grid", id: "charts-other" }),
+    system: el("div", { class: "grid", id: "charts-system" }),
   };
   const box = (id) => el("div", { class: "grid", id });
   const eventsNote = el("div", { class: "note", id: "events-note" });
@@ -42,10 +48,12 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
     h2("stages", "Stages"), parts.stages,
     h2("summary", "Summary (values logged once)"), parts.summary,
     controls,
+    h2("panels", "Panels"), sections.panels,
     h2("training", "Training"), sections.training,
     h2("router", "Router health"), sections.router,
     h2("heatmaps", "Expert load per layer"), parts.heatmaps,
     h2("other", "Other metrics"), sections.other,
+    h2("system", "System (CPU, memory, GPU) over wall time"), sections.system,
     h2("funnels", "Data funnels"), parts.funnels,
     h2("calibration", "Scorer calibration (reliability diagrams)"), parts.calibration,
     h2("events", "Events"), eventsNote, parts.events,
@@ -89,8 +97,9 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
   function renderSummary(single) {
     parts.summary.replaceChildren();
     if (single.length) {
-      parts.summary.appendChild(summaryTable("summary-table", single.map((s) => ({ key: s.key, values: [s.last_value] })),
-        ["value"]));
+      // a figure logged at step 0 is a stage's figure, not a point "at step 0"; later ones say their step
+      parts.summary.appendChild(summaryTable("summary-table", single.map((s) => ({ key: s.key,
+        values: [s.last_value, s.last_step ? `at step ${fmtNum(s.last_step)}` : ""] })), ["value", "logged"], false));
     }
     show("summary", single.length > 0);
   }
@@ -140,7 +149,7 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
 
   function renderEvents() {
     const plain = state.plain;
-    const head = el("tr", {}, ...["time", "step", "kind", "message", "data"].map((h) => el("th", { text: h })));
+    const head = el("tr", {}, ...["time (UTC)", "step", "kind", "message", "data"].map((h) => el("th", { text: h })));
     parts.events.replaceChildren(head, ...plain.slice().reverse().map((e) =>
       el("tr", { class: BAD_EVENTS.has(e.kind) ? "event-bad" : "" },
         el("td", { text: fmtTime(e.wall) }), el("td", { text: e.step ?? "" }), el("td", { text: e.kind }),
@@ -206,7 +215,10 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
     await renderStages(r);
     renderSummary(keys.scalars.filter(isSummary));
     const series = orderKeys(keys.scalars.filter((s) => !isSummary(s)).map((s) => s.key));
-    if (!charts.zoom.range) await charts.load(series);
+    keyList.replaceChildren(...keys.scalars.map((s) => el("option", { value: s.key })));
+    xSel.querySelector("option[value='tokens']").disabled = !keys.scalars.some((s) => s.key === "tokens" && !isSummary(s));
+    await charts.load(series);
+    if (first) state.panels.forEach((p) => charts.addPanel(p, () => removePanel(p)));
     for (const name of Object.keys(sections)) show(name, sections[name].children.length > 0);
     controls.hidden = !Object.values(sections).some((sec) => sec.children.length > 0);
     await renderHeatmaps(keys.histograms);
@@ -220,10 +232,28 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
     const q = new URLSearchParams(location.search);
     state.xAxis === "step" ? q.delete("x") : q.set("x", state.xAxis);
     state.smoothing ? q.set("smoothing", String(state.smoothing)) : q.delete("smoothing");
+    q.delete("panel");
+    state.panels.forEach((p) => q.append("panel", p.join(",")));
     history.replaceState(null, "", location.pathname + (q.toString() ? "?" + q : ""));
   }
   const given = new URLSearchParams(location.search);
-  if (given.get("x") === "wall") { state.xAxis = "wall"; xSel.value = "wall"; }
+  if (["wall", "tokens"].includes(given.get("x"))) { state.xAxis = given.get("x"); xSel.value = state.xAxis; }
+  state.panels = given.getAll("panel").map((p) => p.split(",").map((k) => k.trim()).filter(Boolean)).filter((p) => p.length);
+  function removePanel(keys) {
+    state.panels = state.panels.filter((p) => p.join(",") !== keys.join(","));
+    show("panels", sections.panels.children.length > 0);
+    saveView();
+  }
+  panelBtn.addEventListener("click", () => {
+    const keys = panelIn.value.split(",").map((k) => k.trim()).filter((k) => charts.full[k]);
+    if (!keys.length) { panelIn.setCustomValidity("name keys of this run, separated by commas"); panelIn.reportValidity(); return; }
+    panelIn.setCustomValidity("");
+    state.panels.push(keys);
+    charts.addPanel(keys, () => removePanel(keys));
+    show("panels", true);
+    panelIn.value = "";
+    saveView();
+  });
   const s0 = +given.get("smoothing");
   if (s0 > 0 && s0 < 1) { state.smoothing = s0; smoothIn.value = String(s0); smoothOut.textContent = `smoothing ${s0}`; }
 
@@ -240,5 +270,11 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
   resetBtn.addEventListener("click", () => charts.zoom.reset());
 
   await refresh(true);
-  setInterval(() => { if (state.live && state.run && state.run.status === "running") refresh(false).catch(console.error); }, 5000);
+  const every = Math.max(500, +given.get("refresh") || 5000);  // ?refresh=<ms> refreshes faster
+  setInterval(() => {
+    if (state.live && state.run && state.run.status === "running") {
+      refresh(false).then(() => { document.body.dataset.refreshes = String((+document.body.dataset.refreshes || 0) + 1); })
+        .catch(console.error);
+    }
+  }, every);
 })().catch(failed);

@@ -1,26 +1,64 @@
 // The run page's scalar charts: one chart per key (per-layer keys share one chart per prefix),
-// redrawn on axis/smoothing/log changes, and refetched at full resolution for a zoomed range.
+// custom panels that overlay any keys, system metrics on wall time; all series read in one
+// request per KEYS_PER_CALL keys; live refreshes update the drawn data in place (the zoom and the
+// readout stay), and a zoomed range is refetched at full resolution.
 "use strict";
+
+const KEYS_PER_CALL = 64;  // the compare endpoint's key limit
 
 class RunCharts {
   constructor(runId, state, sections) {
     this.runId = runId;
-    this.state = state;            // {run, events, xAxis, smoothing}
+    this.state = state;            // {run, events, xAxis, smoothing, panels}
     this.sections = sections;      // section name -> grid element
     this.full = {};                // key -> series answer for the whole run
     this.zoomed = {};              // key -> series answer for the zoomed range
     this.logScale = new Set();     // chart ids drawn on a log scale
-    this.cards = new Map();        // chart id -> {card, keys, title}
+    this.cards = new Map();        // chart id -> {card, keys, layered, custom}
     this.zoom = new ZoomGroup((range) => this.onRange(range));
+    this.requests = 0;             // series requests made (the page reads its keys in one)
   }
 
-  async fetch(key, range) {
-    const params = { key, points: 2000 };
-    if (range) {
-      const [start, end] = stepsFor(range, this.state.xAxis, this.full[key], this.state.run.created);
-      Object.assign(params, { start, end });
+  // Every key's series, KEYS_PER_CALL keys per request (the whole run, or the steps of a range).
+  async fetchMany(keys, range) {
+    const out = {};
+    for (let i = 0; i < keys.length; i += KEYS_PER_CALL) {
+      const part = keys.slice(i, i + KEYS_PER_CALL);
+      const q = { runs: [this.runId], key: part, points: 2000 };
+      if (range) {
+        const [start, end] = this.stepsFor(range, part[0]);
+        Object.assign(q, { start, end });
+      }
+      this.requests += 1;
+      const res = await api("/api/compare", q);
+      for (const k of part) if (res.series[k] && res.series[k][this.runId]) out[k] = res.series[k][this.runId];
     }
-    return api(`/api/runs/${encodeURIComponent(this.runId)}/series`, params);
+    return out;
+  }
+
+  isSystem(key) { return key.startsWith("system/"); }
+  axisOf(key) { return this.isSystem(key) ? "wall" : this.state.xAxis; }  // samples are not steps
+
+  // x values of a series on an axis: steps, seconds since the run's start, or tokens seen (read
+  // off the run's `tokens` series, interpolated between its points).
+  xsOf(s, axis) {
+    if (axis === "step") return s.steps;
+    if (axis === "wall") return s.walls.map((w) => w - this.state.run.created);
+    const tok = this.full.tokens;
+    return s.steps.map((st) => (tok ? interpolateAt(tok.steps, tok.values, st) : null));
+  }
+
+  stepsFor(range, key) {
+    const axis = this.axisOf(key);
+    if (axis === "step") return [Math.max(0, Math.floor(range[0])), Math.ceil(range[1])];
+    const s = this.full[key] || this.full.tokens;
+    const xs = this.xsOf(s, axis);
+    let lo = 0, hi = s.steps.length ? s.steps[s.steps.length - 1] : 0;
+    xs.forEach((x, i) => {
+      if (x !== null && x <= range[0]) lo = s.steps[i];
+      if (x !== null && x >= range[1] && hi === s.steps[s.steps.length - 1]) hi = s.steps[i];
+    });
+    return [lo, hi];
   }
 
   chartIdOf(key) { const l = layerOf(key); return l ? "layers:" + l.prefix : key; }
@@ -30,84 +68,134 @@ class RunCharts {
     if (this.cards.has(id)) { const c = this.cards.get(id); if (!c.keys.includes(key)) c.keys.push(key); return; }
     const layer = layerOf(key);
     const title = layer ? `${layer.prefix} (per layer)` : key;
+    const section = this.isSystem(key) ? "system" : sectionOf(layer ? layer.prefix : key);
+    this.addCard(id, title, [key], { layered: !!layer, section });
+  }
+
+  addCard(id, title, keys, { layered = false, custom = false, section, onRemove } = {}) {
     const logBox = el("input", { type: "checkbox", class: "log-toggle", "data-chart": id });
-    logBox.addEventListener("change", () => { logBox.checked ? this.logScale.add(id) : this.logScale.delete(id); this.draw(id); });
+    logBox.addEventListener("change", () => { logBox.checked ? this.logScale.add(id) : this.logScale.delete(id); this.draw(id, true); });
+    const remove = onRemove ? el("button", { type: "button", class: "expand panel-remove", text: "×", title: "remove this panel" }) : null;
+    if (remove) remove.addEventListener("click", () => { destroyChart(id); this.cards.get(id).card.remove(); this.cards.delete(id); onRemove(); });
     const card = el("div", { class: "card", id: "card-" + id, "data-key": id },
-      el("div", { class: "card-head" }, el("h3", { text: title }), el("label", { class: "note" }, logBox, " log y")),
+      el("div", { class: "card-head" }, el("h3", { text: title }), el("label", { class: "note" }, logBox, " log y"), remove),
       el("div", { class: "plot" }), el("div", { class: "note card-note" }));
-    this.sections[sectionOf(layer ? layer.prefix : key)].appendChild(card);
-    this.cards.set(id, { card, keys: [key], layered: !!layer });
+    this.sections[section].appendChild(card);
+    this.cards.set(id, { card, keys: keys.slice(), layered, custom });
+  }
+
+  // A custom panel: any keys of the run overlaid on one chart (train and eval loss together).
+  addPanel(keys, onRemove) {
+    const id = "panel:" + keys.join("+");
+    if (this.cards.has(id)) return id;
+    this.addCard(id, keys.join(" · "), keys, { custom: true, section: "panels", onRemove });
+    this.draw(id, true);
+    return id;
   }
 
   async load(keys) {
-    await Promise.all(keys.map(async (k) => {
-      this.ensureCard(k);
-      this.full[k] = await this.fetch(k);
-    }));
+    keys.forEach((k) => this.ensureCard(k));
+    Object.assign(this.full, await this.fetchMany(keys));
     for (const id of this.cards.keys()) this.draw(id);
   }
 
-  eventMarks() {
+  eventMarks(axis) {
     const st = this.state;
     return st.events.filter((e) => e.kind !== "funnel" && e.kind !== "calibration").map((e) => ({
-      x: st.xAxis === "step" ? e.step : e.wall - st.run.created, kind: e.kind, message: e.message, step: e.step,
-      bad: BAD_EVENTS.has(e.kind),
+      x: axis === "wall" ? e.wall - st.run.created : axis === "step" ? e.step
+        : (this.full.tokens && e.step !== null ? interpolateAt(this.full.tokens.steps, this.full.tokens.values, e.step) : null),
+      kind: e.kind, message: e.message, step: e.step, bad: BAD_EVENTS.has(e.kind),
     }));
   }
 
-  draw(id) {
+  // The chart's lines as drawn now; with smoothing, each series twice: the raw points faintly
+  // underneath and the smoothed line on top, both named, so the readout gives both values.
+  spec(id) {
     const entry = this.cards.get(id);
-    if (!entry) return;
     const st = this.state;
-    const holder = entry.card.querySelector(".plot");
-    destroyChart(id);
-    holder.replaceChildren();
     const keys = entry.keys.filter((k) => this.full[k]).sort((a, b) => (layerOf(a)?.layer ?? 0) - (layerOf(b)?.layer ?? 0));
-    if (!keys.length) return;
-    // With smoothing, each series is drawn twice: the raw points faintly underneath and the
-    // smoothed line on top, both named, so the readout gives the raw value beside the smoothed one.
+    if (!keys.length) return null;
+    const axis = this.axisOf(keys[0]);
     const lines = [], gaps = [];
     keys.forEach((k, i) => {
       const s = this.zoomed[k] || this.full[k];
-      const line = seriesLine(s, st.xAxis, st.run.created);
+      const xs = this.xsOf(s, axis);
+      const keep = xs.map((x) => x !== null && x !== undefined);
+      const ys = s.values.filter((_, j) => keep[j]);
+      const line = { xs: xs.filter((_, j) => keep[j]), ys };
       const label = entry.layered ? "layer " + layerOf(k).layer : k;
       const color = T.colors[i % T.colors.length];
       if (st.smoothing > 0) {
-        lines.push({ label: `${label} raw`, xs: line.xs, ys: line.ys, color: fade(color, 0.3), width: 1 });
-        lines.push({ label: `${label} smoothed ${st.smoothing}`, xs: line.xs, ys: smooth(line.ys, st.smoothing), color });
+        lines.push({ label: `${label} raw`, xs: line.xs, ys, color: fade(color, 0.3), width: 1 });
+        lines.push({ label: `${label} smoothed ${st.smoothing}`, xs: line.xs, ys: smooth(ys, st.smoothing), color });
       } else {
-        lines.push({ label, xs: line.xs, ys: line.ys, color });
+        lines.push({ label, xs: line.xs, ys, color });
       }
-      gaps.push(...line.gaps);
+      (s.gaps || []).forEach(([j, kind]) => { if (keep[j]) gaps.push({ x: xs[j], kind }); });
     });
-    const head = this.full[keys[0]];
+    const unitKey = entry.custom ? keys[0] : entry.layered ? layerOf(keys[0]).prefix : keys[0];
+    return {
+      keys, id, lines, gaps, xLabel: AXIS_LABELS[axis], yLabel: unitOf(unitKey), log: this.logScale.has(id),
+      events: () => this.eventMarks(axis), zoom: axis === st.xAxis ? this.zoom : null,
+      legend: entry.layered || entry.custom || st.smoothing > 0,
+    };
+  }
+
+  note(entry, keys) {
     const nf = keys.reduce((a, k) => a + this.full[k].nonfinite.nan + this.full[k].nonfinite.inf + this.full[k].nonfinite["-inf"], 0);
     const shown = keys.reduce((a, k) => a + (this.zoomed[k] || this.full[k]).returned, 0);
     const total = keys.reduce((a, k) => a + this.full[k].total, 0);
+    const first = keys.map((k) => this.full[k].nonfinite.first_step).filter((x) => x !== null && x !== undefined);
     entry.card.querySelector(".card-note").textContent =
       `${total.toLocaleString()} points${shown < total ? ` (${shown.toLocaleString()} drawn: min/max per bucket${this.zoom.range ? ", zoomed range refetched" : ""})` : ""}` +
-      (nf ? ` · ${nf} NaN/Inf, marked red (first at step ${head.nonfinite.first_step})` : "") +
-      (this.logScale.has(id) ? " · log scale: values ≤ 0 not drawn" : "");
-    lineChart(holder, {
-      id, xLabel: st.xAxis === "step" ? "step" : "seconds since start", yLabel: unitOf(entry.layered ? layerOf(keys[0]).prefix : keys[0]),
-      lines, gaps, events: () => this.eventMarks(), log: this.logScale.has(id), zoom: this.zoom,
-      legend: entry.layered || st.smoothing > 0,
-    });
+      (nf ? ` · ${nf} NaN/Inf, marked red (first at step ${Math.min(...first)})` : "") +
+      (keys.some((k) => this.isSystem(k)) ? " · sampled every few seconds, drawn on wall time" : "") +
+      (this.logScale.has(entry.card.dataset.key) ? " · log scale: values ≤ 0 not drawn" : "");
   }
 
-  redrawAll() { for (const id of this.cards.keys()) this.draw(id); }
+  // Draw a chart, or when it exists with the same lines, give it the new data in place (a live
+  // refresh keeps the zoom, the hover readout and the chart object); `rebuild` forces a new one.
+  draw(id, rebuild) {
+    const entry = this.cards.get(id);
+    if (!entry) return;
+    const spec = this.spec(id);
+    if (!spec) return;
+    this.note(entry, spec.keys);
+    const u = T.charts[id];
+    const same = u && !rebuild && u.spec.log === spec.log && u.spec.xLabel === spec.xLabel &&
+      u.lines.length === spec.lines.length && u.lines.every((l, i) => l.label === spec.lines[i].label);
+    if (same) { updateChart(u, spec); return; }
+    const holder = entry.card.querySelector(".plot");
+    destroyChart(id);
+    holder.replaceChildren();
+    lineChart(holder, spec);
+  }
+
+  redrawAll(rebuild = true) { for (const id of this.cards.keys()) this.draw(id, rebuild); }
 
   // Zoom: every key whose whole-run answer was downsampled is fetched again for the range, so a
   // 1,000-step window of a 1M-point series is drawn from its real points.
   async onRange(range) {
-    const keys = Object.keys(this.full);
+    const keys = Object.keys(this.full).filter((k) => !this.isSystem(k));
     if (!range) { this.zoomed = {}; this.redrawAll(); return; }
     const need = keys.filter((k) => this.full[k].returned < this.full[k].total);
-    const got = await Promise.all(need.map((k) => this.fetch(k, range).catch(() => null)));
+    const got = need.length ? await this.fetchMany(need, range).catch(() => ({})) : {};
     if (this.zoom.range !== range) return;  // a newer zoom replaced this one
-    need.forEach((k, i) => { if (got[i]) this.zoomed[k] = got[i]; });
-    const ids = new Set(need.map((k) => this.chartIdOf(k)));
-    ids.forEach((id) => this.draw(id));
+    Object.assign(this.zoomed, got);
+    const ids = new Set([...this.cards.entries()].filter(([, e]) => e.keys.some((k) => need.includes(k))).map(([id]) => id));
+    ids.forEach((id) => this.draw(id, true));
     document.body.dataset.zoomed = String((+document.body.dataset.zoomed || 0) + 1);
   }
+}
+
+const AXIS_LABELS = { step: "step", wall: "seconds since start", tokens: "tokens" };
+
+// A line's value at x by linear interpolation (null outside its span).
+function interpolateAt(xs, ys, x) {
+  let lo = 0, hi = xs.length - 1;
+  if (!xs.length || x < xs[0] || x > xs[hi]) return null;
+  while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid; }
+  if (xs[lo] === x) return ys[lo];
+  if (ys[lo] === null || ys[hi] === null) return null;
+  return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo]);
 }

@@ -11,24 +11,24 @@ function ramp(t) {
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
-// Expert-load heatmap: x = steps, y = experts; each column is normalised to the share of tokens,
-// so the colour at 1/E means balanced and bright/dark bands mean hot/dead experts.
+// Expert-load heatmap: x = steps, y = experts; each column is the share of that step's tokens
+// per expert. The colour scale is fixed, not stretched to the data: 0 (dark) → the fair share 1/E
+// (middle) → 2/E or more (bright), so a balanced run reads as an even middle colour and a hot or
+// starved expert stands out at once; a colour bar and step/expert axes say so.
 function heatmap(container, key, steps, rows) {
   const nExperts = Math.max(...rows.map((r) => r.length));
+  const fair = 1 / nExperts;
   const canvas = el("canvas", { class: "heatmap", "data-key": key });
   canvas.width = Math.max(1, steps.length);
   canvas.height = nExperts;
   canvas.style.height = Math.min(260, Math.max(80, nExperts * 8)) + "px";
   const ctx = canvas.getContext("2d");
-  let maxShare = 0;
   const shares = rows.map((r) => {
     const sum = r.reduce((a, b) => a + b, 0) || 1;
-    const s = r.map((v) => v / sum);
-    s.forEach((v) => { maxShare = Math.max(maxShare, v); });
-    return s;
+    return r.map((v) => v / sum);
   });
   shares.forEach((col, x) => col.forEach((v, y) => {
-    ctx.fillStyle = ramp(maxShare ? v / maxShare : 0);
+    ctx.fillStyle = ramp(v / (2 * fair));
     ctx.fillRect(x, y, 1, 1);
   }));
   canvas.dataset.cells = String(steps.length * nExperts);
@@ -38,12 +38,25 @@ function heatmap(container, key, steps, rows) {
     const x = Math.floor((ev.clientX - r.left) / r.width * steps.length);
     const y = Math.floor((ev.clientY - r.top) / r.height * nExperts);
     if (shares[x] && shares[x][y] !== undefined) {
-      readout.textContent = `step ${steps[x]} · expert ${y} · ${(shares[x][y] * 100).toFixed(2)}% of tokens (${rows[x][y]})`;
+      readout.textContent = `step ${steps[x]} · expert ${y} · ${(shares[x][y] * 100).toFixed(2)}% of tokens ` +
+        `(${(shares[x][y] / fair).toFixed(2)}× fair share; ${rows[x][y]} tokens)`;
     }
   });
-  container.appendChild(canvas);
+  const yAxis = el("div", { class: "hm-yaxis" }, el("span", { text: "expert 0" }), el("span", { text: "experts ↓" }),
+    el("span", { text: `expert ${nExperts - 1}` }));
+  const mid = steps[Math.floor(steps.length / 2)];
+  const xAxis = el("div", { class: "hm-xaxis" }, el("span", { text: `step ${fmtNum(steps[0])}` }),
+    el("span", { text: `step ${fmtNum(mid)}` }), el("span", { text: `step ${fmtNum(steps[steps.length - 1])}` }));
+  const bar = el("canvas", { class: "hm-colorbar", width: 200, height: 1 });
+  const bctx = bar.getContext("2d");
+  for (let i = 0; i < 200; i++) { bctx.fillStyle = ramp(i / 199); bctx.fillRect(i, 0, 1, 1); }
+  const legend = el("div", { class: "hm-legend" }, bar, el("div", { class: "hm-ticks" },
+    el("span", { text: "0%" }), el("span", { text: `${(100 * fair).toFixed(1)}% = fair share (1/${nExperts})` }),
+    el("span", { text: `≥ ${(200 * fair).toFixed(1)}% (2× fair)` })));
+  container.appendChild(el("div", { class: "hm-body" }, yAxis, el("div", { class: "hm-plot" }, canvas, xAxis)));
+  container.appendChild(legend);
   container.appendChild(readout);
-  container.appendChild(el("div", { class: "note", text: `experts 0–${nExperts - 1} (rows) × steps ${steps[0]}–${steps[steps.length - 1]} (columns); colour: share of tokens (yellow = ${(maxShare * 100).toFixed(1)}%, balanced = ${(100 / nExperts).toFixed(1)}%)` }));
+  container.appendChild(el("div", { class: "note", text: `experts 0–${nExperts - 1} (rows) × steps ${steps[0]}–${steps[steps.length - 1]} (columns); colour: share of the step's tokens, from 0 through the fair share ${(100 * fair).toFixed(1)}% to twice it` }));
   return canvas;
 }
 
