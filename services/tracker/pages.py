@@ -30,7 +30,7 @@ class Login(Strict):
 # every page is one template (static/page.html) with its own scripts, in load order
 SCRIPTS = {
     "index": ["common.js", "index.js"],
-    "run": ["common.js", "chart.js", "widgets.js", "run_charts.js", "run.js"],
+    "run": ["common.js", "chart.js", "widgets.js", "reports.js", "run_charts.js", "run.js"],
     "compare": ["common.js", "chart.js", "groups.js", "compare.js"],
     "login": ["common.js", "login.js"],
 }

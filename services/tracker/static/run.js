@@ -32,6 +32,7 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
   const sections = {
     panels: el("div", { class: "grid", id: "charts-panels" }),
     training: el("div", { class: "grid", id: "charts-training" }),
+    evaluation: el("div", { class: "grid", id: "charts-evaluation" }),
     router: el("div", { class: "grid", id: "charts-router" }),
     other: el("div", { class: "grid", id: "charts-other" }),
     system: el("div", { class: "grid", id: "charts-system" }),
@@ -40,16 +41,19 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
   const eventsNote = el("div", { class: "note", id: "events-note" });
   const parts = { stages: el("div", { id: "stage-list" }), summary: el("div", { id: "summary" }), heatmaps: box("heatmaps"),
     funnels: box("funnels"), calibration: box("calibration"), events: el("table", { id: "events" }),
+    ablation: el("div", { id: "ablation-report" }), exports: el("div", { id: "exports" }),
     config: el("pre", { id: "config" }), artifacts: el("table", { id: "artifacts" }) };
   const headings = {};
   const h2 = (id, text) => (headings[id] = el("h2", { id: "h-" + id, text }));
 
   root.replaceChildren(title, lineage, meta,
     h2("stages", "Stages"), parts.stages,
+    h2("ablation", "Ablation report"), parts.ablation,
     h2("summary", "Summary (values logged once)"), parts.summary,
     controls,
     h2("panels", "Panels"), sections.panels,
     h2("training", "Training"), sections.training,
+    h2("evaluation", "Evaluation (bits per byte per reference set, each task's metrics)"), sections.evaluation,
     h2("router", "Router health"), sections.router,
     h2("heatmaps", "Expert load per layer"), parts.heatmaps,
     h2("other", "Other metrics"), sections.other,
@@ -58,6 +62,7 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
     h2("calibration", "Scorer calibration (reliability diagrams)"), parts.calibration,
     h2("events", "Events"), eventsNote, parts.events,
     h2("config", "Config"), parts.config,
+    h2("exports", "Exported models"), parts.exports,
     h2("artifacts", "Artifacts"), parts.artifacts);
   const show = (id, on) => { headings[id].hidden = !on; (parts[id] || sections[id]).hidden = !on; };
 
@@ -133,7 +138,7 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
   async function loadEvents(reset) {
     if (reset) { state.plain = []; state.eventTotal = 0; }
     const page = await apiPage(`/api/runs/${enc}/events`,
-      { exclude: ["funnel", "calibration"], limit: EVENT_PAGE, offset: state.plain.length });
+      { exclude: ["funnel", "calibration", "ablation_report"], limit: EVENT_PAGE, offset: state.plain.length });
     state.plain.push(...page.items);
     state.eventTotal = page.total ?? state.plain.length;
   }
@@ -207,9 +212,13 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
       ...r.tags.map((t) => el("a", { class: "tag", href: "/?tag=" + encodeURIComponent(t), text: t })),
     ].filter(Boolean));
     if (first) { await renderLineage(r); parts.config.textContent = JSON.stringify(r.config, null, 2); show("config", Object.keys(r.config).length > 0); }
-    const [keys, , funnelEvents, calibrationEvents, artifacts] = await Promise.all([
+    const [keys, , funnelEvents, calibrationEvents, artifacts, reports, exported] = await Promise.all([
       api(`/api/runs/${enc}/keys`), first ? loadEvents(true) : state.plain.length >= state.eventTotal ? loadEvents(false) : null, loadAll("funnel"), loadAll("calibration"),
-      api(`/api/runs/${enc}/artifacts`)]);
+      api(`/api/runs/${enc}/artifacts`), loadAll("ablation_report"), loadAll("artifact")]);
+    ablationReport(parts.ablation, reports[reports.length - 1]);
+    show("ablation", reports.length > 0);
+    exportTable(parts.exports, exported, r);
+    show("exports", exported.length > 0);
     Object.assign(state, { funnelEvents, calibrationEvents });
     state.events = state.plain.concat(funnelEvents, calibrationEvents);
     await renderStages(r);

@@ -61,18 +61,23 @@ class RunCharts {
     return [lo, hi];
   }
 
-  chartIdOf(key) { const l = layerOf(key); return l ? "layers:" + l.prefix : key; }
+  chartIdOf(key) {
+    const g = evalGroupOf(key), l = layerOf(key);
+    return g ? g.id : l ? "layers:" + l.prefix : key;
+  }
 
   ensureCard(key) {
     const id = this.chartIdOf(key);
     if (this.cards.has(id)) { const c = this.cards.get(id); if (!c.keys.includes(key)) c.keys.push(key); return; }
+    const group = evalGroupOf(key);
+    if (group) { this.addCard(id, group.title, [key], { group: true, section: "evaluation" }); return; }
     const layer = layerOf(key);
     const title = layer ? `${layer.prefix} (per layer)` : key;
     const section = this.isSystem(key) ? "system" : sectionOf(layer ? layer.prefix : key);
     this.addCard(id, title, [key], { layered: !!layer, section });
   }
 
-  addCard(id, title, keys, { layered = false, custom = false, section, onRemove } = {}) {
+  addCard(id, title, keys, { layered = false, custom = false, group = false, section, onRemove } = {}) {
     const logBox = el("input", { type: "checkbox", class: "log-toggle", "data-chart": id });
     logBox.addEventListener("change", () => { logBox.checked ? this.logScale.add(id) : this.logScale.delete(id); this.draw(id, true); });
     const remove = onRemove ? el("button", { type: "button", class: "expand panel-remove", text: "×", title: "remove this panel" }) : null;
@@ -81,7 +86,7 @@ class RunCharts {
       el("div", { class: "card-head" }, el("h3", { text: title }), el("label", { class: "note" }, logBox, " log y"), remove),
       el("div", { class: "plot" }), el("div", { class: "note card-note" }));
     this.sections[section].appendChild(card);
-    this.cards.set(id, { card, keys: keys.slice(), layered, custom });
+    this.cards.set(id, { card, keys: keys.slice(), layered, custom, group });
   }
 
   // A custom panel: any keys of the run overlaid on one chart (train and eval loss together).
@@ -123,7 +128,7 @@ class RunCharts {
       const keep = xs.map((x) => x !== null && x !== undefined);
       const ys = s.values.filter((_, j) => keep[j]);
       const line = { xs: xs.filter((_, j) => keep[j]), ys };
-      const label = entry.layered ? "layer " + layerOf(k).layer : k;
+      const label = entry.layered ? "layer " + layerOf(k).layer : entry.group ? evalGroupOf(k).label : k;
       const color = T.colors[i % T.colors.length];
       if (st.smoothing > 0) {
         lines.push({ label: `${label} raw`, xs: line.xs, ys, color: fade(color, 0.3), width: 1 });
@@ -134,10 +139,11 @@ class RunCharts {
       (s.gaps || []).forEach(([j, kind]) => { if (keep[j]) gaps.push({ x: xs[j], kind }); });
     });
     const unitKey = entry.custom ? keys[0] : entry.layered ? layerOf(keys[0]).prefix : keys[0];
+    const yLabel = !entry.group ? unitOf(unitKey) : id === "eval:bpb" ? "bits per byte" : "task score";
     return {
-      keys, id, lines, gaps, xLabel: AXIS_LABELS[axis], yLabel: unitOf(unitKey), log: this.logScale.has(id),
+      keys, id, lines, gaps, xLabel: AXIS_LABELS[axis], yLabel, log: this.logScale.has(id),
       events: () => this.eventMarks(axis), zoom: axis === st.xAxis ? this.zoom : null,
-      legend: entry.layered || entry.custom || st.smoothing > 0,
+      legend: entry.layered || entry.custom || entry.group || st.smoothing > 0,
     };
   }
 
@@ -189,6 +195,16 @@ class RunCharts {
 }
 
 const AXIS_LABELS = { step: "step", wall: "seconds since start", tokens: "tokens" };
+
+// Evaluation keys drawn together: every reference set's bits per byte on one chart
+// (`eval/bpb/<set>`), and each task's metrics on one chart per task (`eval/task/<task>/<metric>`).
+function evalGroupOf(key) {
+  let m = key.match(/^eval\/bpb\/(.+)$/);
+  if (m) return { id: "eval:bpb", title: "bits per byte per reference set (eval/bpb/…)", label: m[1] };
+  m = key.match(/^eval\/task\/([^/]+)\/(.+)$/);
+  if (m) return { id: "eval:task:" + m[1], title: `task ${m[1]} (eval/task/${m[1]}/…)`, label: m[2] };
+  return null;
+}
 
 // A line's value at x by linear interpolation (null outside its span).
 function interpolateAt(xs, ys, x) {
