@@ -3,10 +3,10 @@
 All three get the *same weights* (ours copied into theirs); HF's outputs must agree with ours to
 1e-4 before anything is timed. HF is timed with every experts implementation it offers
 (`config._experts_implementation` = `grouped_mm`, `eager`) and we compare against the fastest.
-torchtitan's experts always cast to bf16 before `torch._grouped_mm`; on a CPU without hardware
-bf16 that is a slow fallback, so (as the issue asks) we run its grouped GEMMs in fp32 by
-overriding its `_grouped_mm` seam; its inputs still pass its bf16 casts, so it is compared to ours
-only loosely (5e-2).
+torchtitan's experts cast to bf16 before `torch._grouped_mm`, which these CPUs only emulate, so
+they run here as in `benchmarks/train_step.py`: the same grouped GEMMs in fp32 without the casts
+(`benchmarks/torchtitan_peer.py`); torchtitan then must agree with ours to 1e-4, as HF must. All
+contenders get the same input batch and are timed interleaved, round by round.
 
     .venv/bin/python benchmarks/moe_layer.py            # d 512, 64 experts × 128, top-8, 4096 tokens
     .venv/bin/python benchmarks/moe_layer.py --quick    # a small smoke run
@@ -51,6 +51,7 @@ from collections.abc import Callable  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.result_file import save_cpu_result  # noqa: E402
+from benchmarks.torchtitan_peer import fp32_grouped_experts  # noqa: E402
 from shared.config.model import MoEConfig  # noqa: E402
 from shared.kernels import grouped_mm  # noqa: E402
 from shared.kernels.blas_probe import print_blas_calls, print_machine_line  # noqa: E402
@@ -95,26 +96,17 @@ def build_hf(ours: MoELayer, d: int, impl: str):
 def build_torchtitan(ours: MoELayer, d: int):
     from torchtitan.models.common.feed_forward import FeedForward
     from torchtitan.models.common.linear import Linear
-    from torchtitan.models.common.moe import GroupedExperts, MoE, RoutedExperts, TokenChoiceTopKRouter
+    from torchtitan.models.common.moe import MoE, RoutedExperts, TokenChoiceTopKRouter
     from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
-    class FP32GroupedExperts(GroupedExperts):
-        """torchtitan's experts with their grouped GEMMs in fp32 (CPUs here have no bf16 units)."""
-
-        def _grouped_mm(self, *, A, B_t, offs):
-            return torch._grouped_mm(A.float(), B_t.float(), offs=offs)
-
-    class FP32Config(GroupedExperts.Config):
-        def build(self, **kwargs):
-            return FP32GroupedExperts(self)
-
+    fp32_experts = fp32_grouped_experts()
     c = ours.cfg
     E, F, K, S = c.n_routed_experts, c.expert_hidden, c.top_k, c.n_shared_experts
     lin = lambda i, o: Linear.Config(in_features=i, out_features=o)  # noqa: E731
     config = MoE.Config(
         num_experts=E,
         routed_experts=RoutedExperts.Config(
-            inner_experts=FP32Config(dim=d, hidden_dim=F, num_experts=E),
+            inner_experts=fp32_experts.Config(dim=d, hidden_dim=F, num_experts=E),
             token_dispatcher=LocalTokenDispatcher.Config(num_experts=E, top_k=K),
         ),
         router=TokenChoiceTopKRouter.Config(num_experts=E, gate=lin(d, E), top_k=K, score_func="sigmoid",
@@ -212,7 +204,7 @@ def cpu_bench(args) -> dict:
     except ImportError as exc:
         print(f"torchtitan not installed ({exc}); `pip install -e '.[bench]'` to compare", flush=True)
     else:
-        _check_close("torchtitan[fp32 grouped_mm]", tt, x, ref, 5e-2, " (its bf16 input casts)")
+        _check_close("torchtitan[fp32 grouped_mm, no bf16 casts]", tt, x, ref, 1e-4)
         tt.tokens_per_expert_E.zero_()
         contenders["torchtitan"] = fwd_bwd(tt, x, g, False)
     for run in contenders.values():

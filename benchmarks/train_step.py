@@ -61,6 +61,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from benchmarks.result_file import save_cpu_result  # noqa: E402
+from benchmarks.torchtitan_peer import fp32_grouped_experts  # noqa: E402
 from shared.kernels.blas_probe import print_blas_calls, print_machine_line  # noqa: E402
 from shared.kernels.cpu_gemm import use_cpu_gemm  # noqa: E402
 
@@ -131,28 +132,6 @@ def build_hf(s: Shape, dense_hidden: int, impl: str) -> nn.Module:
     return DeepseekV3ForCausalLM(config).float()
 
 
-def _fp32_grouped_experts():
-    """torchtitan's `GroupedExperts` with its three grouped GEMMs in fp32 and no bf16 casts.
-
-    Same computation as its `forward` (silu(x W1ᵀ) ⊙ (x W3ᵀ) then W2ᵀ per expert, via
-    `torch._grouped_mm` over per-expert offsets); only the dtype differs, as the issue asks.
-    """
-    from torchtitan.models.common.moe import GroupedExperts
-
-    class FP32GroupedExperts(GroupedExperts):
-        @dataclass(kw_only=True, slots=True)
-        class Config(GroupedExperts.Config):
-            pass
-
-        def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
-            offs = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
-            h_RF = F.silu(self._grouped_mm(A=x_RD, B_t=self.w1_EFD.transpose(-2, -1), offs=offs))
-            h_RF = h_RF * self._grouped_mm(A=x_RD, B_t=self.w3_EFD.transpose(-2, -1), offs=offs)
-            return self._grouped_mm(A=h_RF, B_t=self.w2_EDF.transpose(-2, -1), offs=offs)
-
-    return FP32GroupedExperts
-
-
 def build_torchtitan(s: Shape, dense_hidden: int) -> nn.Module:
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.common.attention import ScaledDotProductAttention
@@ -174,7 +153,7 @@ def build_torchtitan(s: Shape, dense_hidden: int) -> nn.Module:
     # Its router runs under `torch.autocast(dtype=float32)`, which CPU autocast rejects (and skips) with a
     # warning per call; the result is the same fp32 routing, so silence only that message.
     warnings.filterwarnings("ignore", message="In CPU autocast, but the target dtype is not supported")
-    fp32_experts = _fp32_grouped_experts()
+    fp32_experts = fp32_grouped_experts()
     for layer in layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
         if layer.moe is not None:
