@@ -62,7 +62,7 @@ MODES = ("bf16", "fp8", "nvfp4")
 # with one 256-token micro-batch per step (32 assignments per expert) each load error is mostly
 # sampling noise, and at 600 steps (bf16, recipe, lr 1.6e-2) 0.03 left the last-half MaxVio at 1.73
 # and 0.1 collapsed it (5.6), while 0.01 gave 0.77 (0.83-0.93 at lr 8e-3 to 3.2e-2 with the
-# sequence-wise alpha at 1e-3; docs/LOG.md has the probe).
+# sequence-wise alpha at 1e-3).
 SHAPE = ["model.moe.n_routed_experts=32", "model.moe.expert_hidden=16", "model.moe.top_k=4", "model.moe.n_shared_experts=1",
          "train.micro_batch_size=4", "train.seq_len=64", "train.grad_accum=1", "model.moe.precision.emulate_bf16=true",
          "model.moe.balance.bias_update_rate=0.01"]

@@ -157,7 +157,7 @@ def measure_draws(cfg, docs: list[dict], n_unseen: int, draws: int) -> dict:
     sample), the heads' initial weights and train/val/test split (`scorer.heads.seed` + k) and the
     unseen documents (shuffle seed 11 + k); draw 0 is the single run. Pooled rates carry their 90%
     Clopper-Pearson bound over all draws' documents, and `judge_over_probe_over_length` counts the
-    draws in which the held-out ordering of the issue holds per rubric.
+    draws in which the held-out ordering Judge > Probe > length holds per rubric.
     """
     from services.scorer import pipeline
 

@@ -103,7 +103,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "scorer_draws_calibration3000.json": (
         "python benchmarks/scorer.py --draws {n_draws} --unseen {docs} --out "
         "benchmarks/results/scorer_draws_calibration3000.json scorer.calibration.sample_size=3000",
-        "The same draws with twice the demo's calibration sample: not the recipe (lab log, 2026-12-06).",
+        "The same draws with twice the demo's calibration sample: not the recipe, which keeps 1,500.",
         {"quick": False}),
 }
 # Results in a folder of their own; `{key}` is filled from the file's top-level keys.

@@ -20,7 +20,7 @@
   `max_false_keep` (default 1%) of the documents the Judge alone would reject, with the same
   confidence; fitted on the Judge's rejects' margins. Why both exits: a document far above its
   bar is as settled at the Probe as one far below it, and at the demo's scale the Probe's
-  rejects alone are too few to pay for the Probe (lab log, 2026-12-06).
+  rejects alone are too few to pay for the Probe.
 
 Neither threshold needs oracle labels, only the heads' scores, so `fit_thresholds` runs on an
 unlabelled calibration sample as large as `scorer.calibration.sample_size`, and the labelled

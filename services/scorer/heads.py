@@ -23,16 +23,16 @@ readout → LayerNorm → Linear(→ n_dims), built as a residual over a probe:
   benchmark a shuffled copy's score moved by 0.044 against its source in no consistent direction
   (Judge order 0.80-0.82; with the mean alone 0.85-0.86, two head seeds). The mean alone is not the
   default: on the end-to-end test's 60 held-out general documents its Judge fell below the Probe
-  (0.70 vs 0.73; docs/LOG.md 2026-12-03).
+  (0.70 vs 0.73).
 - Skip path: a linear head on the Probe's own input. Why: on MiniLM how linearly the rubric labels
   read from mean-pooled states falls with depth (ridge, general rubric: 0.83 at the embeddings,
   0.75 at layer 5, 0.46 at layer 6; its last layer is tuned for sentence similarity), and a
   transformer head on a few hundred labels cannot recover that from layer 6 alone (0.40 held-out
-  Spearman vs the Probe's 0.65, docs/LOG.md).
+  Spearman vs the Probe's 0.65).
 - `out` is zero-initialised (ReZero/ControlNet-style), so the Judge starts as exactly a linear
   probe and the encoder learns a correction; with a random `out` the encoder's initial output
-  swamps the skip and early stopping fires before either recovers (0.614 vs 0.761 in the
-  ablations of docs/LOG.md).
+  swamps the skip and early stopping fires before either recovers (held-out Spearman 0.614 vs
+  0.761 in an ablation).
 - The position buckets (eighths of the document and one for its final token) let attention tell
   an ending from a middle (an unfinished last sentence), which a mean-pool cannot.
 The cascade already holds the layer-L_probe states of every document that reaches the Judge, so
@@ -77,8 +77,8 @@ class HeadEnsemble(nn.Module):
 
     Why: a head is fitted to a few hundred labels, so where it puts a document it has not seen
     depends on its initial weights as much as on the document. The spread between head seeds is
-    as large as the effects the pairs benchmark measures (a shuffled copy against its source,
-    lab log), and a mean of k members shrinks that part of the error by about √k while costing
+    as large as the effects the pairs benchmark measures (a shuffled copy against its source),
+    and a mean of k members shrinks that part of the error by about √k while costing
     k head evaluations (the backbone, which dominates scoring, runs once). Same interface as one
     head, so training, calibration and the cascade do not change.
     """

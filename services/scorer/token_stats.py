@@ -2,7 +2,7 @@
 
 The backbone reads a few windows of each document (windows.py) and the Probe mean-pools them, so
 two defects that a reader sees at once never reach the heads through the states alone (measured
-on the pairs benchmark, docs/LOG.md 2026-12-03: Probe accuracy 0.59 on cut-off copies, 0.71 on
+on the pairs benchmark: Probe accuracy 0.59 on cut-off copies, 0.71 on
 shuffled ones, about chance):
 
 - `unfinished_end`: 1 when the document's last token (trailing layout marks and closing quotes or

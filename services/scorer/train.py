@@ -124,7 +124,7 @@ def _statistics_pair_loss(head, kind, feats, pairs: np.ndarray, margin: float) -
     """The pair hinge once more, on each source read as it is and read with its copy's defect statistics.
 
     A real pair mixes the defect with sampling: a shuffled copy's windows read other sentences than
-    its source's, and that moves the heads' scores by ±0.04 (lab log), as much as a shuffle moves
+    its source's, and that moves the heads' scores by ±0.04, as much as a shuffle moves
     them through `sentence_cohesion`. Here the windows are the source's in both terms and only the
     copy's repeated fraction, unfinished ending, cohesion and heading (`doc_stats` after log length)
     replace the source's, so the difference is what the heads make of those statistics alone, and the

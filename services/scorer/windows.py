@@ -18,7 +18,7 @@ n-gram already seen earlier in the document (on the whole document's tokens, rea
 token-level form of Gopher's duplicate n-gram fraction, Rae et al. 2021): the Judge gets the mark
 per token, both heads get the document's marked fraction next to its log length (`doc_stats`).
 Measured on 100 wiki/handbook documents: clean median 0%, 90th percentile 6%; a paragraph
-repeated twice more: 10% or more in 95 of 100 (docs/LOG.md).
+repeated twice more: 10% or more in 95 of 100.
 
 With `skip_repeats` the marked tokens of prose are not read at all (code keeps its repeats, which
 are mostly its own structure: imports, error checks): windows are cut from the document with
@@ -27,7 +27,7 @@ Judge sees where a repeat was). Why: with a fixed budget the extra length of a r
 moves every spread window onto other text, so a document and its repeated copy were read as
 different samples of their text, and that sampling noise (±0.05 of Judge quality) outweighed
 what the repeat costs them; read without the repeats, the copy is read as its source was and
-differs only by the repeated fraction and length in `doc_stats` (docs/LOG.md, 2026-12-03).
+differs only by the repeated fraction and length in `doc_stats`.
 
 Layout: MiniLM's uncased WordPiece treats newlines and indentation as spaces, so a file and its
 one-line collapse tokenise alike, and a heading looks like the start of its first sentence. With

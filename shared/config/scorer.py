@@ -120,7 +120,7 @@ class HeadsConfig(Section):
         0.0, ge=0, le=100,
         description="Weight of a second hinge on the same pairs, on the Judge's encoder correction alone (its output "
         "minus its linear skip path): the correction must not score a degraded copy above its source. 0 = off; "
-        "measured at 5 with two head seeds, no reliable gain (docs/LOG.md, 2026-12-04).",
+        "measured at 5 with two head seeds, no reliable gain.",
     )
     lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of the Probe and of the Judge's linear skip path.")
     judge_lr: float = Field(

@@ -35,7 +35,7 @@ class MoELayer(nn.Module):
       touching the residual stream's scale. The router reads the unscaled x: scaled, its logits
       shrank with b, and where training drove b through zero (one layer of three 3,000-step runs
       of the precision experiment) every token got the same scores, the bias alone chose the
-      experts and all tokens went to the same four (docs/LOG.md);
+      experts and all tokens went to the same four;
     - `output`: the combined expert output is multiplied by it (y = b·(shared + routed)), the
       scalar then sets how loudly the MoE writes into the residual stream.
     RMSNorm's per-channel gain is optimised like any vector; the scalar moves the whole thing as one.

@@ -22,7 +22,7 @@ the document's shape, capped to the scale, minus points for each defect found (`
 Why deductions after the cap: a defect then costs its points whatever the base, instead of
 vanishing when a strong document sits above the top of the scale, and each defect's weight is
 set so that the strength `degrade.py` plants costs at least one whole point in nine documents of
-ten (measured on held-aside documents, docs/LOG.md): the oracle's labels are integers, and a
+ten (measured on held-aside documents): the oracle's labels are integers, and a
 defect worth less than a point would tie most documents with their damaged copies.
 """
 
@@ -167,7 +167,7 @@ def general_scores(s: ProseSignals) -> dict[str, float]:
 
 # Sentence order is read as cohesion + OPENER_WEIGHT × opener_order: the two err on different
 # documents, and on held-aside clean documents and their shuffles the sum ranks more pairs right
-# than either alone (docs/LOG.md).
+# than either alone.
 OPENER_WEIGHT = 0.5
 COHESION_EXPECTED = 0.9  # ≈ the 70th percentile of clean documents; a shuffled one sits near 0
 INCOHERENCE_POINTS = 1.5  # per unit of that order reading missing below that

@@ -9,7 +9,7 @@ counts as misspelt when it is unknown and one of its single edits is known, "kno
 the language's reference vocabulary or used at least twice in the same document (a name the
 document repeats is the document's own vocabulary). Measured on 160 held-aside wiki/handbook
 documents: clean 1.3–6% (10th–90th percentile), +4.5 points or more for nine in ten copies with
-10% of words misspelt (docs/LOG.md).
+10% of words misspelt.
 """
 
 from __future__ import annotations
