@@ -120,6 +120,8 @@ function runDuration(r) {
 function unitOf(key) {
   const k = key.toLowerCase(), leaf = k.split("/").pop();
   if (leaf === "loss" || /^(train|eval|val)_?loss$/.test(leaf)) return "loss (nats/token)";
+  if (leaf === "bpb" || k.includes("/bpb/")) return "bits per byte";
+  if (k.startsWith("eval/task/")) return "task score";
   if (leaf.endsWith("loss")) return leaf.replace(/_/g, " ");
   if (leaf.endsWith("_gib")) return "GiB";
   if (leaf === "lr" || leaf.endsWith("_lr")) return "learning rate";
