@@ -4,7 +4,10 @@ Clean documents come from the committed demo corpus (data/demo/: text that Debia
 packages ship; records with a planted problem skipped): English prose (Wikipedia sample),
 German/French/Spanish prose (Debian handbook), Python and Go source. Prose is taken only when it
 ends a sentence, so `truncation` is the only cut document of a pair. None of them is in the
-stand-in oracle's reference share, the labelled sample or the calibration sample.
+stand-in oracle's reference share, the labelled sample or the calibration sample. Unseen code
+comes from languages and projects the demo corpus lacks (services/scorer/shipped_code.py: Perl
+modules, npm's JavaScript, C examples of -dev packages, Python of Debian's python3-* packages);
+a group missing on the machine is reported under `missing_groups`, never replaced.
 
 The scorer is built as `cluster.pipeline` builds it, with the recipe's scorer settings (default
 configs/demo.yaml): label → distill → calibrate on the rest of the demo corpus. Then each clean
@@ -59,6 +62,19 @@ def choose_pairs_docs(per_group: int, every: int, seed: int) -> dict[str, list[d
     return chosen
 
 
+def choose_unseen_code(per_group: int, seed: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Held-out code in languages and projects outside the demo corpus, and the groups missing here."""
+    from services.scorer.shipped_code import SHIPPED_CODE, shipped_code
+
+    chosen, missing = {}, {}
+    for group in SHIPPED_CODE:
+        try:
+            chosen[group] = shipped_code(group, per_group, seed)
+        except FileNotFoundError as e:
+            missing[group] = str(e)
+    return chosen, missing
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
@@ -76,6 +92,7 @@ def main() -> None:
     from services.scorer.degrade import degrade, kinds_for
     from services.scorer.oracle import make_oracle
     from services.scorer.sample_docs import demo_pool
+    from services.scorer.shipped_code import SHIPPED_CODE
     from services.scorer.stage_support import benchmark_recipe, write_result
     from shared.kernels.blas_probe import machine_report
 
@@ -84,6 +101,8 @@ def main() -> None:
     per_group = 6 if args.quick else args.per_group
     held = choose_pairs_docs(per_group, cfg.scorer.oracle.heuristic.reference_every, seed=5)
     held_ids = {r["id"] for docs in held.values() for r in docs}
+    unseen, missing = choose_unseen_code(per_group, seed=5)
+    held.update(unseen)
     pool = demo_pool(held_ids)
     t0 = time.perf_counter()
     out = Path(cfg.scorer.out_dir)
@@ -97,7 +116,7 @@ def main() -> None:
     oracle = make_oracle(cfg.scorer.oracle)
 
     acc: dict[str, dict[str, list[bool]]] = {m: {} for m in ("probe", "judge", "cascade", "oracle")}
-    by_group: dict[str, dict[str, list[bool]]] = {}
+    by_group: dict[str, dict[str, dict[str, list[bool]]]] = {m: {} for m in acc}
     read = []
     for group, docs in held.items():
         kind = "code" if group.startswith("code") else "web"
@@ -124,15 +143,22 @@ def main() -> None:
             for m, q in rank.items():
                 hit = bool(q[clean_at[doc_id]] > q[i])
                 acc[m].setdefault(k, []).append(hit)
-                if m == "cascade":
-                    by_group.setdefault(group, {}).setdefault(k, []).append(hit)
+                by_group[m].setdefault(group, {}).setdefault(k, []).append(hit)
     summary = {m: {k: float(np.mean(v)) for k, v in kinds.items()} for m, kinds in acc.items()}
     for m in ("probe", "judge", "cascade", "oracle"):
         print(f"{m:8s} " + "  ".join(f"{k} {v:.2f}" for k, v in summary[m].items()), flush=True)
     heads_min = min(min(summary["judge"].values()), min(summary["cascade"].values()))
+    by_group_mean = {m: {g: {k: float(np.mean(v)) for k, v in ks.items()} for g, ks in groups.items()}
+                     for m, groups in by_group.items()}
+    unseen_obf = {m: float(np.mean([hit for g in unseen for hit in by_group[m][g]["obfuscation"]])) if unseen else None
+                  for m in acc}
+    print("unseen code, obfuscation: " + "  ".join(f"{m} {v:.2f}" for m, v in unseen_obf.items() if v is not None))
     result = {
         "accuracy": summary, "min_judge_cascade": heads_min,
-        "cascade_by_group": {g: {k: float(np.mean(v)) for k, v in ks.items()} for g, ks in by_group.items()},
+        "cascade_by_group": by_group_mean["cascade"], "accuracy_by_group": by_group_mean,
+        "unseen_code_obfuscation": unseen_obf, "missing_groups": missing,
+        "unseen_code_sources": {g: {"packages": SHIPPED_CODE[g].packages, "documents": len(unseen[g]),
+                                    "files": [r["meta"]["origin"] for r in unseen[g]]} for g in unseen},
         "pairs_per_kind": {k: len(v) for k, v in acc["judge"].items()},
         "read_fraction_mean": float(np.mean(read)),
         "held_out_spearman": {n: r["spearman_quality"] for n, r in calib["rubrics"].items()},

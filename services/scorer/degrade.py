@@ -22,10 +22,11 @@ import random
 import re
 from collections.abc import Callable
 
-from services.scorer.oracle.code_signals import KEYWORDS, code_language
+from services.scorer.oracle.code_lexer import KEYWORDS, code_language, lex
 from services.scorer.oracle.prose_signals import cohesion
 from services.scorer.oracle.text_units import paragraphs, sentences
 
+_IDENT = re.compile(r"(?<![\w.])(?<!->)(?<!->\{)[A-Za-z_][A-Za-z0-9_]*")
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？])\s+")
 SPAM_LINES = (
     "CLICK HERE to claim your FREE prize now!!! Limited offer, visit www.best-deals-4u.example",
@@ -109,25 +110,65 @@ def repeat_paragraph(text: str, rng: random.Random, times: int = 2) -> str:
     return " ".join(sents[: i + len(run)] + run * times + sents[i + len(run) :])
 
 
-def obfuscate(text: str, rng: random.Random) -> str:
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _meaningless_names(rng: random.Random) -> Callable[[int], str]:
+    """One of three ways minifiers and obfuscators name things, chosen by `rng`: `v1, v2, ...`;
+    `a, b, ..., z, aa, ab, ...`; `_0x1f3a`-like hex. The heads must not learn one spelling of a
+    meaningless name as "bad code" (a real minified file uses letters, not `v1`)."""
+    scheme = rng.randrange(3)
+    salt = rng.randrange(0x1000, 0xF000)
+
+    def letters(i: int) -> str:
+        out = ""
+        while True:
+            out = _LOWER[i % 26] + out
+            i = i // 26 - 1
+            if i < 0:
+                return out
+
+    if scheme == 0:
+        return lambda i: f"v{i + 1}"
+    if scheme == 1:
+        return letters
+    return lambda i: f"_0x{salt + 7 * i:x}"
+
+
+def strip_comments(text: str, rng: random.Random | None = None) -> str:
+    """`text` without its comments and documentation, in its own language (code_lexer.py); a line
+    left blank by the removal goes with it. Strings and code are kept byte for byte."""
     lang = code_language(text)
-    if lang == "python":
-        text = re.sub(r'("""|\'\'\')[\s\S]*?\1', '""', text)
-        text = re.sub(r"(?m)^\s*#.*\n?", "", text)
-        text = re.sub(r"\s+#[^\n'\"]*$", "", text, flags=re.M)
-    else:
-        text = re.sub(r"/\*[\s\S]*?\*/", "", text)
-        text = re.sub(r"(?m)^\s*//.*\n?", "", text)
-        text = re.sub(r"\s+//[^\n\"]*$", "", text, flags=re.M)
+    kept = "".join(text[t.start:t.end] for t in lex(text, lang) if t.kind not in ("comment", "doc"))
+    old_blank = {i for i, ln in enumerate(text.split("\n")) if not ln.strip()}
+    out = [ln.rstrip() for ln in kept.split("\n")]
+    if len(out) == len(text.split("\n")):  # line numbers still match: keep the file's own blank lines only
+        return "\n".join(ln for i, ln in enumerate(out) if ln or i in old_blank)
+    return "\n".join(ln for ln in out if ln)
+
+
+def rename_identifiers(text: str, rng: random.Random) -> str:
+    """Every name in code (not keywords or the language's builtins, not a member after `.` or `->`,
+    nothing inside a string or comment) renamed to a short meaningless one, consistently."""
+    lang = code_language(text)
+    new_name = _meaningless_names(rng)
     names: dict[str, str] = {}
 
     def rename(m: re.Match) -> str:
         w = m.group(0)
         if w in KEYWORDS[lang] or len(w) < 2:
             return w
-        return names.setdefault(w, f"v{len(names) + 1}")
+        if w not in names:
+            names[w] = new_name(len(names))
+        return names[w]
 
-    return re.sub(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*", rename, text)
+    return "".join(_IDENT.sub(rename, text[t.start:t.end]) if t.kind == "code" else text[t.start:t.end]
+                   for t in lex(text, lang))
+
+
+def obfuscate(text: str, rng: random.Random) -> str:
+    """Comments and documentation stripped, then names mangled: the copy a minifier would ship."""
+    return rename_identifiers(strip_comments(text), rng)
 
 
 def collapse_layout(text: str, rng: random.Random) -> str:

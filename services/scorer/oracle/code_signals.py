@@ -2,15 +2,17 @@
 
 | signal | what it measures | catches |
 |---|---|---|
-| `comments` | comment lines ÷ lines, in the language's syntax (`#`; `//` and `/* */`) | comments stripped |
-| `docstrings` | Python docstrings, or Go/C doc comments directly above a declaration | documentation stripped |
-| `identifier_quality` | identifiers of ≥ 3 characters with a vowel, not `x1`/`v_12`/`_0x3f`-like | mangled / minified names |
+| `comments` | lines holding a comment (or documentation, outside Python) ÷ lines, in the language's syntax | comments stripped |
+| `docstrings` | Python docstrings, Perl POD blocks, `/** */` and `///` blocks, C-family comments directly above a declaration | documentation stripped |
+| `identifier_quality` | identifiers in code (not in comments or strings) of ≥ 3 characters with a vowel, not `x1`/`v_12`/`_0x3f`/`ab`-like | mangled / minified names |
 | `long_lines`, `mean_line` | lines over 100 characters, mean line length | collapsed layout, minified code |
 | `indented` | indented lines ÷ lines | layout flattened |
 | `defs`, `top_level` | declarations per line, top-level statements | structure (functions vs a script) |
 
-Language is told from syntax (`def`/`import` vs `func`/`package`/braces); unknown languages get
-the C-family comment rules, which most languages share.
+The language and its comment syntax come from code_lexer.py (Python, Go, C, JavaScript, Perl,
+shell; unknown text gets the C family's rules). Comments, documentation and names are what the
+rubric's readability and clarity dimensions read first: a file that loses them must lose score in
+every language the scorer meets, not only in the demo corpus's Python and Go.
 """
 
 from __future__ import annotations
@@ -18,33 +20,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-KEYWORDS = {
-    "python": set("False None True and as assert async await break class continue def del elif else except finally "
-                  "for from global if import in is lambda nonlocal not or pass raise return try while with yield "
-                  "self cls print len range str int dict list set tuple object super isinstance".split()),
-    "go": set("break case chan const continue default defer else fallthrough for func go goto if import interface "
-              "map package range return select struct switch type var nil true false error string int int64 uint32 "
-              "byte bool float64 make new len append cap".split()),
-}
-KEYWORDS["c"] = KEYWORDS["go"] | set("void char short long double unsigned signed static extern return struct "
-                                     "typedef enum sizeof include define".split())
+from services.scorer.oracle.code_lexer import KEYWORDS, code_language, lex, lines_of
+
+__all__ = ["CHARS_PER_LINE", "KEYWORDS", "CodeSignals", "code_language", "code_scores", "code_signals"]
+
 _IDENT = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*")
 _MANGLED = re.compile(r"^_*(?:[A-Za-z]{1,2}_?\d+|0x[0-9a-f]+|[a-z]{1,2})$")
+_C_DEF = r"^\w[\w\s\*]*\([^;]*\)\s*\{?\s*$"
+_JS_DEF = (r"^\s*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b|^\s*(?:export\s+)?class\s"
+           r"|^\s*(?:const|let|var)\s+\w+\s*=\s*(?:async\s*)?(?:\([^)]*\)|\w+)\s*=>"
+           r"|^\s*(?:static\s+)?(?:async\s+)?(?!(?:if|for|while|switch|catch)\b)\w+\s*\([^)]*\)\s*\{\s*$")
 _DEF = {"python": re.compile(r"^\s*(?:async\s+def|def|class)\s"), "go": re.compile(r"^\s*func\s|^type\s"),
-        "c": re.compile(r"^\w[\w\s\*]*\([^;]*\)\s*\{?\s*$")}
+        "c": re.compile(_C_DEF), "javascript": re.compile(_JS_DEF), "perl": re.compile(r"^\s*(?:sub\s+\w+|package\s)"),
+        "shell": re.compile(r"^\s*(?:function\s+)?\w+\s*\(\)\s*\{?")}
 # declarations anywhere in the text (not only at a line start), so a collapsed file keeps its count
 _DECLARATION = {"python": re.compile(r"(?:^|(?<=[\s;:]))(?:(?:async\s+)?def\s+\w+\s*\(|class\s+\w+\s*[:(])", re.M),
                 "go": re.compile(r"(?:^|(?<=[\s;}]))(?:func\s+[\w(]|type\s+\w+\s+(?:struct|interface)\b)", re.M),
-                "c": re.compile(r"^\w[\w\s\*]*\([^;]*\)\s*\{?\s*$", re.M)}
-
-
-def code_language(text: str) -> str:
-    head = text[:4000]
-    py = len(re.findall(r"^\s*(?:def|class|import|from|elif|except)\b|:\s*$", head, re.M))
-    go = len(re.findall(r"^\s*(?:func|package|type|var)\b|:=|\}\s*$", head, re.M))
-    if py == 0 and go == 0:
-        return "c"
-    return "python" if py >= go else "go"
+                "c": re.compile(_C_DEF, re.M),
+                "javascript": re.compile(r"(?:^|(?<=[\s;{}(,=]))(?:(?:async\s+)?function\b|class\s+\w+"
+                                         r"|(?!(?:if|for|while|switch|catch)\b)\w+\s*\([^()]*\)\s*\{)", re.M),
+                "perl": re.compile(r"(?:^|(?<=[\s;{}]))sub\s+\w+", re.M),
+                "shell": re.compile(r"(?:^|(?<=[\s;}]))(?:function\s+)?\w+\s*\(\)\s*\{", re.M)}
+_NOT_STATEMENT = ("@", "#", "import", "from", "}", ")", "]", "package", "use ", "1;", "export", "module.exports")
 
 
 @dataclass(frozen=True)
@@ -62,28 +59,6 @@ class CodeSignals:
     depth: float
 
 
-def _comment_lines(lines: list[str], lang: str) -> int:
-    if lang == "python":
-        return sum(ln.strip().startswith("#") for ln in lines)
-    n, in_block = 0, False
-    for ln in lines:
-        s = ln.strip()
-        if in_block or s.startswith(("//", "/*", "*")) or "//" in s:
-            n += 1
-        if "/*" in s:
-            in_block = "*/" not in s.split("/*", 1)[1]
-        elif in_block and "*/" in s:
-            in_block = False
-    return n
-
-
-def _docstrings(text: str, lines: list[str], lang: str) -> int:
-    if lang == "python":
-        return text.count('"""') // 2 + text.count("'''") // 2
-    return sum(1 for a, b in zip(lines, lines[1:], strict=False)
-               if a.strip().startswith(("//", "*/")) and _DEF[lang].match(b))
-
-
 CHARS_PER_LINE = 50  # a collapsed file is read as this many characters per line (see code_signals)
 
 
@@ -92,25 +67,36 @@ def code_signals(text: str) -> CodeSignals:
     collapsed onto one line is as long as before, so its one comment or declaration does not
     become a rate of 1 (a per-physical-line rate rewarded exactly the collapse it should catch)."""
     lang = code_language(text)
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    tokens = lex(text, lang)
+    all_lines = text.split("\n")
+    commented = lines_of(text, tokens, {"comment"} if lang == "python" else {"comment", "doc"})
+    docs = sum(t.kind == "doc" for t in tokens)
+    if lang != "python":  # a comment block right above a declaration documents it
+        documented = lines_of(text, tokens, {"comment"})
+        docs += sum(1 for i in range(len(all_lines) - 1)
+                    if i in documented and i + 1 not in documented and _DEF[lang].match(all_lines[i + 1]))
+    prose = lines_of(text, tokens, {"comment", "doc"})
+    lines = [ln for ln in all_lines if ln.strip()]
     n = max(1.0, len(lines), sum(map(len, lines)) / CHARS_PER_LINE)
-    idents = [w for w in _IDENT.findall(text) if w not in KEYWORDS[lang]]
+    code = " ".join(text[t.start:t.end] for t in tokens if t.kind == "code")
+    idents = [w for w in _IDENT.findall(code) if w not in KEYWORDS[lang]]
     good = sum(len(w) >= 3 and re.search(r"[aeiouy]", w, re.I) is not None and not _MANGLED.match(w) for w in idents)
-    indent = [len(ln) - len(ln.lstrip()) if not ln.startswith("\t") else 4 * (len(ln) - len(ln.lstrip("\t")))
-              for ln in lines]
+    indent = {i: (len(ln) - len(ln.lstrip()) if not ln.startswith("\t") else 4 * (len(ln) - len(ln.lstrip("\t"))))
+              for i, ln in enumerate(all_lines) if ln.strip()}
+    statements = [i for i in indent if i not in prose]
     return CodeSignals(
         lang=lang,
         n_lines=len(lines),
-        comments=_comment_lines(lines, lang) / n,
-        docstrings=_docstrings(text, lines, lang),
+        comments=len(commented) / n,
+        docstrings=docs,
         identifier_quality=good / len(idents) if idents else 0.0,
         long_lines=sum(len(ln) > 100 for ln in lines) / max(1, len(lines)),
         mean_line=sum(map(len, lines)) / max(1, len(lines)),
-        indented=sum(i > 0 for i in indent) / max(1, len(lines)),
-        defs=len(_DECLARATION[lang].findall(text)) / n,
-        top_level=sum(i == 0 and not _DEF[lang].match(ln) and not ln.lstrip().startswith(("#", "//", "@", "import",
-                      "from", "}", ")", "package")) for i, ln in zip(indent, lines, strict=True)) / n,
-        depth=sum(i // 4 for i in indent) / max(1, len(lines)),
+        indented=sum(i > 0 for i in indent.values()) / max(1, len(lines)),
+        defs=len(_DECLARATION[lang].findall(code)) / n,
+        top_level=sum(indent[i] == 0 and not _DEF[lang].match(all_lines[i])
+                      and not all_lines[i].lstrip().startswith(_NOT_STATEMENT) for i in statements) / n,
+        depth=sum(i // 4 for i in indent.values()) / max(1, len(lines)),
     )
 
 

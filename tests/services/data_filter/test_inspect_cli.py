@@ -69,3 +69,65 @@ def test_inspect_flagged_lists_kept_documents_with_how_far_they_failed(tmp_path)
     assert all("the edit would remove" in line and "(kept whole)" in line for line in shown)
     res = runner.invoke(app, ["data", "inspect", out, "--flagged", "--source", "web"])
     assert "--- kept, flagged" not in res.output
+
+
+def _prose_with_number_rows() -> str:
+    """Manual prose with a row of distinct numbers after every ten words: about three words in four hold
+    a letter, a near miss of Gopher's 0.8 alphabetic-word rule that the layout review flags and keeps."""
+    words = " ".join(realtext.manual_paragraphs()[:6]).split()
+    rows = []
+    for i in range(0, len(words), 10):
+        rows.append(" ".join(words[i : i + 10]))
+        rows.append(" ".join(str(1000 + 37 * i + j) for j in range(3 if i % 20 else 4)))
+    return "\n".join(rows)
+
+
+def _run_with_layout_flag(tmp_path):
+    """Twelve manual documents plus the near miss (source web) and two hard-wrapped pages (source
+    manpages), through the web chain with Gopher and the perplexity review on."""
+    paras = realtext.manual_paragraphs()
+    web = [{"id": f"web{i}", "text": "\n\n".join(paras[20 + 6 * i : 26 + 6 * i])} for i in range(12)]
+    web.append({"id": "numbers", "text": _prose_with_number_rows()})
+    wrapped = [{"id": f"man{i}", "text": "\n\n".join(textwrap.fill(p, 72) for p in paras[100 + 12 * i : 112 + 12 * i])}
+               for i in range(2)]
+    inputs = []
+    for name, recs in (("web", web), ("manpages", wrapped)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+        inputs.append({"name": name, "kind": "web", "paths": [str(path)]})
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "tracker": {"mode": "disabled"},
+        "data": {"inputs": inputs, "out_dir": str(tmp_path / "out"),
+                 "filter": {"workers": 0, "dedup": {"enabled": False}, "chains": {"web": {"fineweb": {"enabled": False}}}}},
+    }))
+    runner = CliRunner()
+    res = runner.invoke(app, ["data", "filter", str(recipe)])
+    assert res.exit_code == 0, res.output
+    return runner, str(tmp_path / "out")
+
+
+def _flagged_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("--- kept, flagged")]
+
+
+def test_inspect_flagged_shows_a_layout_flagged_document_beside_edit_flags_and_filters_by_reason(tmp_path):
+    runner, out = _run_with_layout_flag(tmp_path)
+    res = runner.invoke(app, ["data", "inspect", out, "--flagged"])
+    assert res.exit_code == 0, res.output
+    shown = _flagged_lines(res.output)
+    layout = [line for line in shown if "gopher_quality:too_few_alpha_words" in line]
+    assert len(layout) == 1 and "id=numbers" in layout[0] and "source=web" in layout[0], res.output
+    times = float(layout[0].rsplit("  ", 1)[1].split("x its rule's limit")[0])
+    assert 1.0 < times <= 1.5  # a near miss: past the limit, inside the margin that would remove it
+    assert sum("c4:edit_over_limit" in line for line in shown) == 2
+
+    for reason in ("too_few_alpha_words", "gopher_quality:too_few_alpha_words"):
+        res = runner.invoke(app, ["data", "inspect", out, "--flagged", "--reason", reason])
+        assert res.exit_code == 0, res.output
+        assert [("id=numbers" in line) for line in _flagged_lines(res.output)] == [True], res.output
+    res = runner.invoke(app, ["data", "inspect", out, "--flagged", "--reason", "edit_over_limit"])
+    shown = _flagged_lines(res.output)
+    assert len(shown) == 2 and all("c4:edit_over_limit" in line and "source=manpages" in line for line in shown)
+    res = runner.invoke(app, ["data", "inspect", out, "--flagged", "--reason", "too_few_alpha_words", "--source", "manpages"])
+    assert res.exit_code == 0 and _flagged_lines(res.output) == []
