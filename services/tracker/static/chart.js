@@ -160,7 +160,7 @@ function lineChart(container, spec) {
       stroke: l.band ? "rgba(0,0,0,0)" : (l.color || T.colors[i % T.colors.length]),
       width: l.band ? 0 : (l.width || 1.5), dash: l.dash, spanGaps: false,
       // a line of few points (a run with one point among others with hundreds) shows its dots
-      points: { show: !l.band && (data[0].length < 60 || l.xs.length < 60) }, readout: !l.band,
+      points: { show: !l.band && (data[0].length < 60 || l.xs.length < 60 || !!l.dots) }, readout: !l.band,
     }))),
     bands: bandPairs.map(([hi, lo], j) => ({ series: [hi + 1, lo + 1], fill: fade(spec.bands[j].color, 0.18) })),
     hooks: {

@@ -222,8 +222,9 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
     Object.assign(state, { funnelEvents, calibrationEvents });
     state.events = state.plain.concat(funnelEvents, calibrationEvents);
     await renderStages(r);
-    renderSummary(keys.scalars.filter(isSummary));
-    const series = orderKeys(keys.scalars.filter((s) => !isSummary(s)).map((s) => s.key));
+    renderSummary(keys.scalars.filter((s) => isSummary(s) && !frozenOf(s.key)));
+    // the frozen router's figures are drawn beside the step MaxVio even when logged once
+    const series = orderKeys(keys.scalars.filter((s) => !isSummary(s) || frozenOf(s.key)).map((s) => s.key));
     keyList.replaceChildren(...keys.scalars.map((s) => el("option", { value: s.key })));
     xSel.querySelector("option[value='tokens']").disabled = !keys.scalars.some((s) => s.key === "tokens" && !isSummary(s));
     await charts.load(series);

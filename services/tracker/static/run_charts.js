@@ -62,13 +62,19 @@ class RunCharts {
   }
 
   chartIdOf(key) {
-    const g = evalGroupOf(key), l = layerOf(key);
-    return g ? g.id : l ? "layers:" + l.prefix : key;
+    const f = frozenOf(key), g = evalGroupOf(key), l = layerOf(key);
+    return f ? f.chart : g ? g.id : l ? "layers:" + l.prefix : key;
   }
 
   ensureCard(key) {
     const id = this.chartIdOf(key);
     if (this.cards.has(id)) { const c = this.cards.get(id); if (!c.keys.includes(key)) c.keys.push(key); return; }
+    const frozen = frozenOf(key);
+    if (frozen) {
+      const layered = frozen.kind === "layer";
+      this.addCard(id, layered ? "router/maxvio (per layer)" : "router/maxvio", [key], { layered, section: "router" });
+      return;
+    }
     const group = evalGroupOf(key);
     if (group) { this.addCard(id, group.title, [key], { group: true, section: "evaluation" }); return; }
     const layer = layerOf(key);
@@ -118,18 +124,22 @@ class RunCharts {
   spec(id) {
     const entry = this.cards.get(id);
     const st = this.state;
-    const keys = entry.keys.filter((k) => this.full[k]).sort((a, b) => (layerOf(a)?.layer ?? 0) - (layerOf(b)?.layer ?? 0));
+    const layerNo = (k) => frozenOf(k)?.layer ?? layerOf(k)?.layer ?? 0;
+    const rank = (k) => { const f = frozenOf(k); return !f ? 0 : f.kind === "floor" ? 2 : 1; };  // step, frozen, floor
+    const keys = entry.keys.filter((k) => this.full[k]).sort((a, b) => rank(a) - rank(b) || layerNo(a) - layerNo(b));
     if (!keys.length) return null;
     const axis = this.axisOf(keys[0]);
-    const lines = [], gaps = [];
+    const lines = [], gaps = [], frozenLines = [];
     keys.forEach((k, i) => {
       const s = this.zoomed[k] || this.full[k];
       const xs = this.xsOf(s, axis);
       const keep = xs.map((x) => x !== null && x !== undefined);
       const ys = s.values.filter((_, j) => keep[j]);
       const line = { xs: xs.filter((_, j) => keep[j]), ys };
-      const label = entry.layered ? "layer " + layerOf(k).layer : entry.group ? evalGroupOf(k).label : k;
-      const color = T.colors[i % T.colors.length];
+      const frozen = frozenOf(k);
+      const label = frozen ? frozen.label : entry.layered ? "layer " + layerOf(k).layer : entry.group ? evalGroupOf(k).label : k;
+      const color = T.colors[(frozen && frozen.kind === "layer" ? frozen.layer : i) % T.colors.length];
+      if (frozen) { frozenLines.push({ k, frozen, line, color }); return; }
       if (st.smoothing > 0) {
         lines.push({ label: `${label} raw`, xs: line.xs, ys, color: fade(color, 0.3), width: 1 });
         lines.push({ label: `${label} smoothed ${st.smoothing}`, xs: line.xs, ys: smooth(ys, st.smoothing), color });
@@ -138,6 +148,21 @@ class RunCharts {
       }
       (s.gaps || []).forEach(([j, kind]) => { if (keep[j]) gaps.push({ x: xs[j], kind }); });
     });
+    // The frozen router's MaxVio beside the training step's (dots: measured after training, or at
+    // evaluations), and the data's floor as a dashed line across the chart: what a frozen router
+    // can reach is set by the data, not by zero.
+    const span = lines.flatMap((l) => l.xs);
+    const [x0, x1] = span.length ? [Math.min(...span), Math.max(...span)] : [0, 1];
+    for (const { frozen, line, color } of frozenLines) {
+      if (frozen.kind === "floor") {
+        const v = line.ys[line.ys.length - 1];
+        lines.push({ label: frozen.label, xs: line.xs.length > 1 ? line.xs : [x0, x1],
+          ys: line.xs.length > 1 ? line.ys : [v, v], color: "#6b7280", dash: [6, 4], width: 1.5 });
+      } else {
+        lines.push({ label: frozen.label, xs: line.xs, ys: line.ys, color, dash: frozen.kind === "layer" ? [3, 3] : undefined,
+          width: 2, dots: true });
+      }
+    }
     const unitKey = entry.custom ? keys[0] : entry.layered ? layerOf(keys[0]).prefix : keys[0];
     const yLabel = !entry.group ? unitOf(unitKey) : id === "eval:bpb" ? "bits per byte" : "task score";
     return {
@@ -198,6 +223,17 @@ const AXIS_LABELS = { step: "step", wall: "seconds since start", tokens: "tokens
 
 // Evaluation keys drawn together: every reference set's bits per byte on one chart
 // (`eval/bpb/<set>`), and each task's metrics on one chart per task (`eval/task/<task>/<metric>`).
+// The frozen router's figures (the trained model routing held-out tokens): `router_frozen/maxvio_worst`
+// and `router_frozen/floor` join the step MaxVio chart, `router_frozen/maxvio/<layer>` the
+// per-layer one.
+function frozenOf(key) {
+  if (key === "router_frozen/maxvio_worst") return { chart: "router/maxvio", kind: "worst", label: "frozen router, worst layer" };
+  if (key === "router_frozen/floor") return { chart: "router/maxvio", kind: "floor", label: "floor set by the data" };
+  const m = key.match(/^router_frozen\/maxvio\/(?:layer)?(\d+)$/);
+  if (m) return { chart: "layers:router/maxvio", kind: "layer", layer: +m[1], label: `layer ${m[1]} frozen` };
+  return null;
+}
+
 function evalGroupOf(key) {
   let m = key.match(/^eval\/bpb\/(.+)$/);
   if (m) return { id: "eval:bpb", title: "bits per byte per reference set (eval/bpb/…)", label: m[1] };

@@ -1,5 +1,6 @@
 """Browser tests (Debian's Chromium via Playwright) for what evaluation, export and ablation stages
 leave on runs: BPB per reference set on one chart and each task's metrics on one chart per task,
+the frozen router's MaxVio beside the step MaxVio with the data's floor as a line,
 exports (events of kind `artifact`) listed with their checks and source checkpoint, and an
 ablation's `ablation_report` event shown as its report on the ablation run's page."""
 
@@ -29,7 +30,10 @@ def site(tmp_path_factory):
     for step in range(0, 50, 10):
         train.log({"loss": 3 - step / 50, "eval/bpb/prose": 2.0 - step / 100, "eval/bpb/code": 1.5 - step / 100,
                    "eval/task/cloze/acc": 0.25 + step / 200, "eval/task/cloze/logprob": -3 + step / 50,
-                   "eval/task/arith/acc": 0.1 + step / 500}, step=step)
+                   "eval/task/arith/acc": 0.1 + step / 500, "router/maxvio": 0.5 - step / 200,
+                   "router/maxvio/layer0": 0.4 - step / 200, "router/maxvio/layer1": 0.45 - step / 200}, step=step)
+    train.log({"router_frozen/maxvio_worst": 0.14, "router_frozen/floor": 0.08, "router_frozen/maxvio/0": 0.12,
+               "router_frozen/maxvio/1": 0.14}, step=40)
     train.event("artifact", "exported to runs/export as DeepseekV3ForCausalLM", step=40, path="runs/export", format="hf",
                 architecture="DeepseekV3ForCausalLM", max_abs_logit_diff=3.2e-5, greedy_equal=True,
                 source_checkpoint="runs/train/step_40")
@@ -88,4 +92,18 @@ def test_the_ablation_run_shows_its_report(site, page):
     href = page.locator("#ablation-compare").get_attribute("href")
     assert href.startswith("/compare?group=tags&") and href.count("runs=") == 6
     assert "ablation_report" not in page.locator("#events").inner_text()  # not dumped into the events table
+    assert not page.errors
+
+
+def test_the_frozen_routers_maxvio_sits_beside_the_step_maxvio_with_the_floor_as_a_line(site, page):
+    url, ids = site
+    open_page(page, f"{url}/runs/{ids['train']}")
+    labels = page.evaluate("window.__tracker.charts['router/maxvio'].series.slice(1).map(s => s.label)")
+    assert labels == ["router/maxvio", "frozen router, worst layer", "floor set by the data"]
+    floor = page.evaluate("""(() => { const u = window.__tracker.charts['router/maxvio'];
+        return [u.data[0][0], u.data[0][u.data[0].length - 1], u.data[3][0], u.data[3][u.data[0].length - 1]]; })()""")
+    assert floor == [0, 40, 0.08, 0.08]  # one value, drawn across the whole chart
+    per_layer = page.evaluate("window.__tracker.charts['layers:router/maxvio'].series.slice(1).map(s => s.label)")
+    assert per_layer == ["layer 0", "layer 1", "layer 0 frozen", "layer 1 frozen"]
+    assert "router_frozen" not in page.locator("#summary").inner_text()
     assert not page.errors
