@@ -33,8 +33,8 @@ A console transcript is tied to the file a command wrote by naming it after the 
 that file (`moelab demo` writes `runs/demo-transcript.txt`; commit a copy). Fenced blocks that name
 no file are not checked; the run prints how many such console blocks there are.
 
-    python scripts/figure_provenance.py            # check the docs in CHECKED_DOCS; exit 1 on a failure
-    python scripts/figure_provenance.py --all      # also list the figures of the docs not yet checked
+    python scripts/figure_provenance.py            # check README and the guides; exit 1 on a failure
+    python scripts/figure_provenance.py --pending  # also list the failures of the guides still in PENDING
 
 `tests/scripts/test_figure_provenance.py` runs it in `make test`.
 """
@@ -53,14 +53,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Docs whose every figure is checked. README and status are what a reader quotes first.
-CHECKED_DOCS = ("README.md", "docs/status.md", "docs/gpu-checks.md", "docs/gpu/README.md", "docs/train_step.md")
-# Docs not checked: the lab log is a dated record of what each run printed, and the benchmarks
-# page is generated from the result files (tests/scripts/test_benchmarks_page.py checks it).
-NOT_CHECKED = {"docs/LOG.md": "dated record", "docs/benchmarks.md": "generated from the result files"}
+# Docs not checked, for good: the lab log is a dated record of what each run printed, and the
+# benchmarks page is generated from the result files (tests/scripts/test_benchmarks_page.py checks it).
+NOT_CHECKED = {"docs/LOG.md": "a dated record", "docs/benchmarks.md": "generated from the result files"}
+# Guides whose figures are not tied yet: each run prints them with how many of their figures fail,
+# and a guide leaves this list once it passes.
+PENDING = {
+    "docs/moe.md": "many figures from lab-log runs with no result file, and stale CPU results unmarked",
+    "docs/precision.md": "figures of the first precision harness and of lab-log probes with no result file",
+    "docs/scorer.md": "L_probe sweep times and ensemble figures from lab-log runs; stale scorer results unmarked",
+    "docs/hparam.md": "the 64/256 rerun's optima, printed by scripts/sweep_slope_bootstrap.py but not committed",
+    "docs/data_filter.md": "stale filter results unmarked; rates from lab-log runs",
+    "docs/tracker.md": "one derived count (rollup points) to be marked with its source",
+    "docs/evaluation.md": "a score quoted from a run with no committed result",
+}
+
+
+def checked_docs(root: Path) -> tuple[str, ...]:
+    """README, every guide in docs/ and the GPU runs' README, but the ones above. The reports under
+    docs/hparam/ are written by the sweep commands, so they are sources, not prose to check."""
+    docs = ["README.md", *(p.relative_to(root).as_posix() for p in sorted((root / "docs").glob("*.md"))),
+            "docs/gpu/README.md"]
+    return tuple(d for d in docs if (root / d).is_file() and d not in NOT_CHECKED and d not in PENDING)
 # Files a figure may come from (globs under the repository root).
 SOURCES = ("benchmarks/results/**/*.json", "docs/gpu/**/*.json", "docs/gpu/**/*.jsonl", "docs/gpu/**/*.log",
-           "docs/gpu/**/*.txt", "docs/hparam/**/*.json", "docs/hparam/**/*.txt", "docs/transcripts/**/*.txt")
+           "docs/gpu/**/*.txt", "docs/hparam/**/*.json", "docs/hparam/**/*.txt", "docs/hparam/**/*.md",
+           "docs/transcripts/**/*.txt")
 # The code each benchmark's result measures (paths under the root): a result committed before the
 # last change to any of them is stale. Matched by the result file's name (its first dotted part,
 # longest benchmark name first) or its folder.
@@ -84,9 +102,9 @@ CODE: dict[str, tuple[str, ...]] = {
     "precision_gap": ("benchmarks/precision_gap.py", "shared/precision"),
 }
 # `×` right after the number is a ratio (`0.79×`); with a space or a number after it, a shape (`2,048 × 256`).
-FIGURE = re.compile(r"(?<![\w.\-/#=:+])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d)")
+FIGURE = re.compile(r"(?<![\w.\-/#=:+])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d|e[-+]?\d)")
 # A version after a tool's name or a bound is not a figure (`Python ≥ 3.11`, `torch 2.11`).
-VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|lm-eval|[≥≤<>]=?)\s?v?\d+(?:\.\d+)+")
+VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|lm-eval|NGC|[≥≤<>]=?)\s?v?\d+(?:\.\d+)+")
 STALE = re.compile(r"\(stale: `?([\w./\-]+)`? ran on `?([0-9a-f]{7,40})`?\)")
 UNCHECKABLE = re.compile(r"\(code not checkable: tree `?([0-9a-f]{7,40})`?\)")
 SOURCE_NOTE = re.compile(r"\(source: [^)]+\)")
@@ -314,7 +332,8 @@ def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> No
                                        f"(stale: {s.path} ran on {s.commit})")
 
 
-def run(root: Path = ROOT, docs: tuple[str, ...] = CHECKED_DOCS) -> Report:
+def run(root: Path = ROOT, docs: tuple[str, ...] | None = None) -> Report:
+    docs = checked_docs(root) if docs is None else docs
     sources = load_sources(root)
     report = Report()
     for rel in docs:
@@ -324,20 +343,22 @@ def run(root: Path = ROOT, docs: tuple[str, ...] = CHECKED_DOCS) -> Report:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--all", action="store_true", help="also count the failures in the docs not yet checked")
+    ap.add_argument("--pending", action="store_true", help="also print the failures of the guides in PENDING")
     args = ap.parse_args(argv)
-    report = run()
+    docs = checked_docs(ROOT)
+    report = run(docs=docs)
     for failure in report.failures:
         print(failure, file=sys.stderr)
-    print(f"figure provenance: {report.checked} figures in {len(CHECKED_DOCS)} docs; "
+    print(f"figure provenance: {report.checked} figures in {len(docs)} docs; "
           f"{len(report.failures)} unproduced or stale; accepted as marked: {report.stale_marked} stale, "
           f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source; "
           f"{report.untied_transcripts} console block(s) tied to no transcript file")
-    if args.all:
-        others = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
-        others = [d for d in others if d not in CHECKED_DOCS and d not in NOT_CHECKED]
-        pending = run(docs=tuple(others))
-        print(f"not yet checked: {', '.join(others)}: {pending.checked} figures, {len(pending.failures)} would fail")
+    for doc, why in PENDING.items():
+        pending = run(docs=(doc,))
+        print(f"not yet checked: {doc}: {len(pending.failures)} of {pending.checked} figures fail ({why})")
+        if args.pending:
+            for failure in pending.failures:
+                print("  " + failure)
     return 1 if report.failures else 0
 
 
