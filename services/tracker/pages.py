@@ -66,8 +66,8 @@ def pages_router(store: Store, access: Access) -> APIRouter:
             return page("login", "log in · moelab tracker", status=401)
         try:
             run = store.get_run(run_id)
-        except NotFound:
-            return page("run", f"unknown run {run_id}")
+        except NotFound:  # the page itself says so too (its script reads the 404 of /api/runs/<id>)
+            return page("run", f"unknown run {run_id}", status=404)
         return page("run", f"{run['name']} · moelab tracker")
 
     @r.get("/compare")

@@ -218,11 +218,30 @@ function fade(color, alpha) {
   return m ? `rgba(${parseInt(m[1], 16)},${parseInt(m[2], 16)},${parseInt(m[3], 16)},${alpha})` : `rgba(37,99,235,${alpha})`;
 }
 
-// A series answer from the API as chart inputs: xs on the chosen axis, ys, and the gap marks.
-function seriesLine(s, axis, created) {
-  const xs = axis === "step" ? s.steps : s.walls.map((w) => w - created);
-  const gaps = (s.gaps || []).map(([i, kind]) => ({ x: xs[i], kind }));
-  return { xs, ys: s.values, gaps };
+// A line's value at x by linear interpolation (null outside its span or next to a gap).
+function interpolateAt(xs, ys, x) {
+  let lo = 0, hi = xs.length - 1;
+  if (!xs.length || x < xs[0] || x > xs[hi]) return null;
+  while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid; }
+  if (xs[lo] === x) return ys[lo];
+  if (ys[lo] === null || ys[hi] === null) return null;
+  return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo]);
+}
+
+// A series answer from the API as chart inputs: xs on the chosen axis (step, seconds since
+// `created`, or tokens read off the run's `tokens` series), ys, and the gap marks; points the
+// axis cannot place (steps outside the tokens series) are left out.
+function seriesLine(s, axis, created, tokens) {
+  let xs = axis === "step" ? s.steps : axis === "wall" ? s.walls.map((w) => w - created)
+    : s.steps.map((st) => (tokens ? interpolateAt(tokens.steps, tokens.values, st) : null));
+  let ys = s.values;
+  const gaps = (s.gaps || []).map(([i, kind]) => ({ x: xs[i], kind })).filter((g) => g.x !== null);
+  if (xs.some((x) => x === null)) {
+    const keep = xs.map((x) => x !== null);
+    ys = ys.filter((_, i) => keep[i]);
+    xs = xs.filter((_, i) => keep[i]);
+  }
+  return { xs, ys, gaps };
 }
 
 // Steps covering an x range on the wall axis, from a series' (sorted) walls and steps.

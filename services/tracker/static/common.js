@@ -42,7 +42,12 @@ async function apiPage(path, params) {
   }
   const resp = await fetch(url, { credentials: "same-origin" });
   if (resp.status === 401) { showLogin(); throw new LoginNeeded("log in to read this tracker"); }
-  if (!resp.ok) throw new Error(`${resp.status} ${await resp.text()}`);
+  if (!resp.ok) {  // the server's reason, as a sentence, not its JSON
+    const body = await resp.text();
+    let detail = body;
+    try { const d = JSON.parse(body).detail; detail = typeof d === "string" ? d : JSON.stringify(d); } catch (e) { /* not JSON */ }
+    throw new Error(`${resp.status} ${detail}`);
+  }
   const total = resp.headers.get("X-Total-Count");
   return { items: await resp.json(), total: total === null ? null : +total };
 }
@@ -71,7 +76,8 @@ function showLogin(message) {
 
 function failed(e) {
   if (e instanceof LoginNeeded) return;
-  document.getElementById("main").replaceChildren(el("p", { class: "warn", text: String(e) }));
+  document.getElementById("main").replaceChildren(el("p", { class: "warn", id: "page-error", text: e.message || String(e) }));
+  document.body.dataset.ready = "error";
 }
 
 function fmtTime(ts) {

@@ -13,10 +13,12 @@ const KEYS_PER_CALL = 16;
     root.replaceChildren(el("p", { class: "warn", text: "pick runs to compare on the run list (or /compare?runs=A&runs=B)" }));
     return;
   }
-  const state = { xAxis: "step", smoothing: 0, groupBy: params.get("group") || "" };
+  const state = { xAxis: ["wall", "tokens"].includes(params.get("x")) ? params.get("x") : "step", smoothing: 0,
+    groupBy: params.get("group") || "" };
   const smoothIn = el("input", { id: "smoothing", type: "range", min: "0", max: "0.99", step: "0.01", value: "0" });
   const xSel = el("select", { id: "x-axis" }, el("option", { value: "step", text: "x: step" }),
-    el("option", { value: "wall", text: "x: wall time (s since each run's start)" }));
+    el("option", { value: "wall", text: "x: wall time (s since each run's start)" }),
+    el("option", { value: "tokens", text: "x: tokens (each run's `tokens` series)" }));
   const groupSel = el("select", { id: "group-by" }, el("option", { value: "", text: "no groups" }),
     el("option", { value: "tags", text: "group by tags" }));
   const resetBtn = el("button", { id: "reset-zoom", type: "button", text: "Reset zoom" });
@@ -114,7 +116,7 @@ const KEYS_PER_CALL = 16;
     const lineOf = (r) => {
       const s = per[r.id];
       if (!s) return null;
-      const l = seriesLine(s, state.xAxis, r.created);
+      const l = seriesLine(s, state.xAxis, r.created, (full.tokens || {})[r.id]);
       return { xs: l.xs, ys: smooth(l.ys, state.smoothing), gaps: l.gaps };
     };
     if (!state.groupBy) {
@@ -148,7 +150,8 @@ const KEYS_PER_CALL = 16;
     destroyChart(key);
     holder.replaceChildren();
     const { lines, bands, gaps } = linesFor(key);
-    lineChart(holder, { id: key, xLabel: state.xAxis === "step" ? "step" : "seconds since start", yLabel: unitOf(key),
+    const xLabel = { step: "step", wall: "seconds since start", tokens: "tokens" }[state.xAxis];
+    lineChart(holder, { id: key, xLabel, yLabel: unitOf(key),
       lines, bands, gaps, zoom, legend: true });
   }
   function layout() {
@@ -174,7 +177,13 @@ const KEYS_PER_CALL = 16;
   drawAll();
   progress.textContent = `${keys.length} charts, ${once.length} summary values`;
   smoothIn.addEventListener("input", () => { state.smoothing = +smoothIn.value; drawAll(); });
-  xSel.addEventListener("change", () => { state.xAxis = xSel.value; zoom.range = null; zoomed = {}; drawAll(); });
+  xSel.value = state.xAxis;
+  xSel.addEventListener("change", () => {
+    state.xAxis = xSel.value; zoom.range = null; zoomed = {}; drawAll();
+    const q = new URLSearchParams(location.search);
+    state.xAxis === "step" ? q.delete("x") : q.set("x", state.xAxis);
+    history.replaceState(null, "", location.pathname + "?" + q);
+  });
   groupSel.addEventListener("change", () => { state.groupBy = groupSel.value; drawAll(); });
   resetBtn.addEventListener("click", () => zoom.reset());
   document.body.dataset.ready = "1";

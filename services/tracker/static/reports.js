@@ -50,7 +50,7 @@ function ablationReport(container, event) {
 // Exports of this run's model (events of kind `artifact`): where, in which format and
 // architecture, how close the exported model's logits came to ours and whether greedy decoding
 // agreed, from which checkpoint; the lineage line above the page leads back to the data stages.
-function exportTable(container, events, run) {
+function exportTable(container, events, run, chain) {
   container.replaceChildren();
   if (!events.length) return;
   const head = el("tr", {}, ...["time (UTC)", "step", "path", "format", "architecture", "max |Δ logit|", "greedy equal",
@@ -63,7 +63,9 @@ function exportTable(container, events, run) {
       el("td", { text: x.greedy_equal === undefined ? "—" : x.greedy_equal ? "yes" : "NO" }),
       el("td", { class: "event-message", text: x.source_checkpoint || "" }));
   });
-  container.appendChild(el("p", { class: "note", text: `${events.length} export(s) of the model trained by ${run.name}` +
-    (run.parent ? " (its data stages: the lineage above)" : "") }));
+  // lineage: the runs above this one (pipeline › stage), this run, then its exports
+  const links = chain.flatMap((p) => [el("a", { href: "/runs/" + encodeURIComponent(p.id), text: p.name }), " › "]);
+  container.appendChild(el("p", { class: "note", id: "export-lineage" }, "lineage: ", ...links, el("strong", { text: run.name }),
+    ` → ${events.length} export(s): `, events.map((e) => (e.data || {}).path || "?").join(", ")));
   container.appendChild(el("div", { class: "table-scroll" }, el("table", { id: "exports-table" }, head, ...rows)));
 }

@@ -78,6 +78,7 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
       chain.unshift(p);
       parent = p.parent;
     }
+    state.chain = chain;
     lineage.replaceChildren(...chain.flatMap((p, i) => [
       el("a", { href: "/runs/" + encodeURIComponent(p.id), class: i === 0 ? "lineage-root" : "lineage-parent",
         text: `${(p.tags || []).includes("pipeline") ? "pipeline " : ""}${p.name}` }), el("span", { text: " › " })]),
@@ -217,7 +218,7 @@ const EVENT_PAGE = 2000;  // plain events per request; the table pages on demand
       api(`/api/runs/${enc}/artifacts`), loadAll("ablation_report"), loadAll("artifact")]);
     ablationReport(parts.ablation, reports[reports.length - 1]);
     show("ablation", reports.length > 0);
-    exportTable(parts.exports, exported, r);
+    exportTable(parts.exports, exported, r, state.chain || []);
     show("exports", exported.length > 0);
     Object.assign(state, { funnelEvents, calibrationEvents });
     state.events = state.plain.concat(funnelEvents, calibrationEvents);

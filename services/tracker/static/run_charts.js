@@ -241,13 +241,3 @@ function evalGroupOf(key) {
   if (m) return { id: "eval:task:" + m[1], title: `task ${m[1]} (eval/task/${m[1]}/…)`, label: m[2] };
   return null;
 }
-
-// A line's value at x by linear interpolation (null outside its span).
-function interpolateAt(xs, ys, x) {
-  let lo = 0, hi = xs.length - 1;
-  if (!xs.length || x < xs[0] || x > xs[hi]) return null;
-  while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid; }
-  if (xs[lo] === x) return ys[lo];
-  if (ys[lo] === null || ys[hi] === null) return null;
-  return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo]);
-}

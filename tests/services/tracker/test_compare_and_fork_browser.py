@@ -27,7 +27,8 @@ def site(tmp_path_factory):
     for name, steps in (("even", range(0, 100, 2)), ("odd", range(1, 100, 2))):
         run = tracking.init(name=name, **common)
         for step in steps:
-            run.log({"loss": 3.0 - step / 100 + (0.2 if name == "odd" else 0)}, step=step)
+            run.log({"loss": 3.0 - step / 100 + (0.2 if name == "odd" else 0),
+                     "tokens": step * (1000.0 if name == "even" else 2000.0)}, step=step)
             time.sleep(0.002)
         assert run.finish().complete
         ids[name] = run.id
@@ -82,3 +83,23 @@ def test_a_forked_run_names_its_source_and_step_and_holds_the_sources_points(sit
     steps = page.evaluate("window.__tracker.charts['loss'].data[0]")
     assert steps[:3] == [0, 2, 4] and steps[-2:] == [40, 41]
     assert not page.errors
+
+
+def test_compare_draws_runs_against_their_own_tokens(site, page):
+    url, ids = site
+    open_page(page, f"{url}/compare?runs={ids['even']}&runs={ids['odd']}&x=tokens")
+    assert page.input_value("#x-axis") == "tokens"
+    xs = page.evaluate("window.__tracker.charts['loss'].data[0]")
+    assert 98_000 in xs and 198_000 in xs and max(xs) == 198_000  # odd ran twice the tokens per step
+    text = _readout_at(page, "loss", 150_000)
+    assert "odd 2.45" in text and "even" not in text, text  # even never ran that many tokens
+    assert not page.errors
+
+
+def test_an_unknown_run_page_is_a_404_that_says_so_in_words(site, page):
+    url, _ = site
+    resp = page.goto(f"{url}/runs/nosuchrun")
+    assert resp.status == 404
+    page.wait_for_selector("body[data-ready='error']")
+    text = page.locator("#page-error").inner_text()
+    assert text == "404 run 'nosuchrun' does not exist" and "{" not in text

@@ -26,7 +26,9 @@ def site(tmp_path_factory):
     common = dict(project="ev", url=srv.url, token=token, spool_dir=str(tmp / "spool"), flush_interval=0.05,
                   system_metrics_s=0)
     ids = {}
-    train = tracking.init(name="train", **common)
+    pipe = tracking.init(name="demo-pipeline", tags=["pipeline"], **common)
+    stage = tracking.init(name="demo-train", parent=pipe.id, **common)
+    train = tracking.init(name="train", parent=stage.id, **common)
     for step in range(0, 50, 10):
         train.log({"loss": 3 - step / 50, "eval/bpb/prose": 2.0 - step / 100, "eval/bpb/code": 1.5 - step / 100,
                    "eval/task/cloze/acc": 0.25 + step / 200, "eval/task/cloze/logprob": -3 + step / 50,
@@ -37,7 +39,7 @@ def site(tmp_path_factory):
     train.event("artifact", "exported to runs/export as DeepseekV3ForCausalLM", step=40, path="runs/export", format="hf",
                 architecture="DeepseekV3ForCausalLM", max_abs_logit_diff=3.2e-5, greedy_equal=True,
                 source_checkpoint="runs/train/step_40")
-    assert train.finish().complete
+    assert train.finish().complete and stage.finish().complete and pipe.finish().complete
     ids["train"] = train.id
     ablation = tracking.init(name="demo-ablation", tags=["ablation"], **common)
     results = {}
@@ -78,6 +80,8 @@ def test_exports_are_listed_with_their_checks_and_source_checkpoint(site, page):
     text = page.locator("#exports-table").inner_text()
     assert "runs/export" in text and "DeepseekV3ForCausalLM" in text and "3.200e-5" in text
     assert "runs/train/step_40" in text and "yes" in text
+    lineage = page.locator("#export-lineage").inner_text()
+    assert lineage == "lineage: demo-pipeline › demo-train › train → 1 export(s): runs/export"
     assert not page.errors
 
 
