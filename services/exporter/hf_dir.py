@@ -62,8 +62,7 @@ def write_hf_folder(out: Path, model: transformers.PreTrainedModel, tokenizer: M
                                                 eos_token=tokenizer.eos_token)
     fast.model_max_length = cfg.model.max_seq_len
     fast.save_pretrained(out)
-    transformers.GenerationConfig(eos_token_id=tokenizer.eos_id, do_sample=False,
-                                  max_length=cfg.model.max_seq_len).save_pretrained(out)
+    transformers.GenerationConfig(eos_token_id=tokenizer.eos_id, do_sample=False).save_pretrained(out)
     side = out / SIDECAR
     side.mkdir()
     save_resolved(cfg, side)
