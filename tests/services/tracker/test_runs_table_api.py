@@ -13,8 +13,8 @@ from services.tracker.store import Store
 
 
 @pytest.fixture
-def api(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/tracker.db")
+def api(db_url):
+    store = Store(db_url)  # SQLite and PostgreSQL
     client = TestClient(create_app(store=store), base_url="http://127.0.0.1")
     client.headers["authorization"] = f"Bearer {store.create_token('test')}"
     client.store = store
@@ -88,3 +88,18 @@ def test_children_are_counted_and_name_their_parent(api):
     assert [(r["id"], r["children"]) for r in top["runs"]] == [("pipe", 2)]
     kids = api.get("/api/runs", params={"parent": "pipe"}).json()["runs"]
     assert {r["parent_name"] for r in kids} == {"demo-pipeline"}
+
+
+def test_a_fork_copies_the_sources_points_up_to_its_step(api):
+    _run(api, "src", 1e-3)
+    steps = list(range(10))
+    batch = {"batch_id": "s", "metrics": {"loss": {"steps": steps, "walls": [1.0 + s for s in steps],
+                                                   "values": [10.0 - s for s in steps]}},
+             "histograms": [{"key": "router/load/layer0", "step": s, "wall": 1.0, "values": [1.0, 2.0]} for s in steps]}
+    assert api.post("/api/runs/src/batch", json=batch).status_code == 200
+    fork = api.post("/api/runs", json={"id": "f", "fork_of": "src", "fork_step": 3})
+    assert fork.status_code == 201 and fork.json()["config"]["optim"] == {"lr": 1e-3} and fork.json()["project"] == "p"
+    loss = api.get("/api/runs/f/series", params={"key": "loss"}).json()
+    assert loss["steps"] == [0, 1, 2, 3] and loss["values"] == [10.0, 9.0, 8.0, 7.0]
+    assert api.get("/api/runs/f/histograms", params={"key": "router/load/layer0"}).json()["steps"] == [0, 1, 2, 3]
+    assert api.get("/api/runs/src/series", params={"key": "loss"}).json()["total"] == 10
