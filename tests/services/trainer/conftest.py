@@ -38,5 +38,7 @@ def tiny_cfg(tmp_path: Path, doc_globs, *overrides: str):
         "mixture.tokenizer.vocab_size=512", "model.vocab_size=512", "train.seq_len=64", "train.micro_batch_size=4",
         "train.grad_accum=1", "train.steps=6", "train.eval_every=3", "train.eval_batches=1", "train.checkpoint_every=3",
         f"train.out_dir={tmp_path}/runs", "tracker.mode=disabled", "optim.warmup_steps=2", "model.max_seq_len=64",
+        # the in-loop suite has its own tests (test_eval_suite.py); elsewhere it only adds seconds per eval
+        "train.eval_suite.enabled=false",
     ]
     return load_config(ROOT / "configs" / "tiny.yaml", [*base, *overrides])

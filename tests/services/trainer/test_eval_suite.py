@@ -15,7 +15,7 @@ from shared.eval.suite import evaluate_model
 from shared.eval.tasks import TaskFileError
 from tests.services.trainer.conftest import tiny_cfg
 
-SMALL = ("train.steps=4", "train.eval_every=2", "train.checkpoint_every=4", "train.eval_suite.reference_texts=1",
+SMALL = ("train.eval_suite.enabled=true", "train.steps=4", "train.eval_every=2", "train.checkpoint_every=4", "train.eval_suite.reference_texts=1",
          "train.eval_suite.task_items=2")
 
 
