@@ -220,21 +220,28 @@ def print_summary(summary: dict, tracker_url: str) -> list[str]:
 # The demo's own ablation: the smallest that gives an interval (raw vs curated, 2 seeds, 40 steps,
 # a bounded slice of the evaluation suite), so the whole demo stays near 15 minutes on 2 cores;
 # `moelab ablate configs/demo-ablation.yaml` runs the full one (three arms, three seeds, 100 steps).
-DEMO_ABLATION = ["ablation.arms=[{name: raw, documents: ['data/demo/*.jsonl.gz']}, "
-                 "{name: curated, documents: ['runs/pipeline/demo/kept/train/*.parquet']}]",
-                 "ablation.seeds=2", "train.steps=40", "ablation.reference_texts=16", "ablation.task_items=32",
-                 "ablation.out_dir=runs/ablation/demo-small"]
+DEMO_ABLATION_SIZE = ["ablation.seeds=2", "train.steps=40", "ablation.reference_texts=16", "ablation.task_items=32"]
+
+
+def demo_ablation_overrides(runs: Path) -> list[str]:
+    """The small ablation's arms and output, by absolute path under `runs`: the job runs in the copy
+    of the repository that `ray job submit --working-dir` uploads, and that copy leaves out what
+    .gitignore names, runs/ included, so a relative `runs/...` would find no kept set and write the
+    report where no one looks. The raw arm is committed data, which the copy holds."""
+    kept = runs / "pipeline" / "demo" / "kept" / "train" / "*.parquet"
+    return [f"ablation.arms=[{{name: raw, documents: ['data/demo/*.jsonl.gz']}}, {{name: curated, documents: ['{kept}']}}]",
+            *DEMO_ABLATION_SIZE, f"ablation.out_dir={runs / 'ablation' / 'demo-small'}"]
 
 
 def run_demo_ablation(root: Path, runs: Path, tracker_url: str, env: dict[str, str], transcript: DemoTranscript) -> None:
     """Submit the demo's small ablation as a second Ray job and print its verdict lines, whatever they say."""
     cmd = [_bin("ray"), "job", "submit", "--address", DEMO_HEAD.dashboard, "--working-dir", str(root),
            "--runtime-env-json", json.dumps({"env_vars": env}), "--", sys.executable, "-m", "cluster.ablation",
-           "configs/demo-ablation.yaml", *DEMO_ABLATION, f"tracker.url={tracker_url}", "tracker.mode=online",
+           "configs/demo-ablation.yaml", *demo_ablation_overrides(runs), f"tracker.url={tracker_url}", "tracker.mode=online",
            f"tracker.spool_dir={runs / 'spool'}"]
     typer.echo("submitting the data ablation: python -m cluster.ablation configs/demo-ablation.yaml (raw vs curated)")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**ray_env(), "RAY_ADDRESS": DEMO_HEAD.dashboard})
+                            env={**ray_env(DEMO_HEAD), "RAY_ADDRESS": DEMO_HEAD.dashboard})
     last = None
     for line in proc.stdout:
         sys.stdout.write(line)

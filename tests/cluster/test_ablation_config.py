@@ -43,14 +43,17 @@ def test_a_section_that_cannot_work_is_refused_naming_the_problem(overrides, mes
 
 
 def test_the_demo_ablation_recipes_load_full_and_small():
-    from moelab.commands.demo import DEMO_ABLATION
+    from moelab.commands.demo import demo_ablation_overrides
 
     recipe = Path(__file__).parents[2] / "configs" / "demo-ablation.yaml"
     full = load_config(recipe)
     assert [a.name for a in full.ablation.arms] == ["raw", "filters", "curated"] and full.ablation.seeds == 3
     assert full.ablation.arms[1].filter == {"dedup": {"enabled": False}}
-    small = load_config(recipe, DEMO_ABLATION)
+    small = load_config(recipe, demo_ablation_overrides(Path("/repo/runs")))
     assert [a.name for a in small.ablation.arms] == ["raw", "curated"] and small.ablation.seeds == 2
+    # absolute under runs/: the Ray job's uploaded working dir leaves git-ignored runs/ out
+    assert small.ablation.arms[1].documents == ["/repo/runs/pipeline/demo/kept/train/*.parquet"]
+    assert small.ablation.out_dir == "/repo/runs/ablation/demo-small"
 
 
 def test_the_job_entrypoint_refuses_a_bad_config_with_exit_2(tmp_path, capsys):
