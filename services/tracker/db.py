@@ -213,8 +213,8 @@ def make_engine(url: str) -> Engine:
 
 
 def upgrade(engine: Engine) -> None:
-    """Bring a store made by an older tracker up to these tables: add the columns it lacks and
-    widen 32-bit step columns on PostgreSQL (SQLite's INTEGER is 64-bit already)."""
+    """Bring a store made by an older tracker up to these tables: add the columns (and the fork
+    index) it lacks and widen 32-bit step columns on PostgreSQL (SQLite's INTEGER is 64-bit already)."""
     insp = inspect(engine)
     added = {("runs", "last_seen"): "FLOAT", ("api_tokens", "scope"): "VARCHAR(8) DEFAULT 'write' NOT NULL",
              ("runs", "fork_of"): "VARCHAR(64)", ("runs", "fork_step"): "BIGINT"}
@@ -222,6 +222,7 @@ def upgrade(engine: Engine) -> None:
         for (table, column), ddl in added.items():
             if column not in {c["name"] for c in insp.get_columns(table)}:
                 conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+        conn.execute(text("CREATE INDEX IF NOT EXISTS ix_runs_fork_of ON runs (fork_of)"))
         if not is_sqlite(str(engine.url)):
             for table, column in (("histograms", "step"), ("events", "step"), ("artifacts", "size")):
                 kind = next(c["type"] for c in insp.get_columns(table) if c["name"] == column)

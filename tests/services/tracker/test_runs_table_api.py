@@ -103,3 +103,25 @@ def test_a_fork_copies_the_sources_points_up_to_its_step(api):
     assert loss["steps"] == [0, 1, 2, 3] and loss["values"] == [10.0, 9.0, 8.0, 7.0]
     assert api.get("/api/runs/f/histograms", params={"key": "router/load/layer0"}).json()["steps"] == [0, 1, 2, 3]
     assert api.get("/api/runs/src/series", params={"key": "loss"}).json()["total"] == 10
+
+
+def test_a_store_made_before_forks_is_upgraded_and_keeps_its_runs(tmp_path):
+    from sqlalchemy import inspect, text
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    old = Store(url)
+    old.create_token("t")
+    with old.engine.begin() as conn:
+        conn.execute(text("INSERT INTO projects (name, created) VALUES ('p', 1.0)"))
+        conn.execute(text("INSERT INTO runs (id, project_id, name, config, tags, status, created, updated) "
+                          "VALUES ('r1', 1, 'old run', '{}', '[]', 'finished', 1.0, 1.0)"))
+        conn.execute(text("DROP INDEX ix_runs_fork_of"))
+        conn.execute(text("ALTER TABLE runs DROP COLUMN fork_of"))
+        conn.execute(text("ALTER TABLE runs DROP COLUMN fork_step"))
+    old.engine.dispose()
+    store = Store(url)
+    columns = {c["name"] for c in inspect(store.engine).get_columns("runs")}
+    assert {"fork_of", "fork_step"} <= columns
+    assert "ix_runs_fork_of" in {i["name"] for i in inspect(store.engine).get_indexes("runs")}
+    assert store.get_run("r1")["fork_of"] is None and store.get_run("r1")["name"] == "old run"
+    store.engine.dispose()
