@@ -16,7 +16,7 @@ class Delivery:
 
     run_id: str
     mode: str
-    points_logged: int  # scalar points `log` accepted
+    points_logged: int  # scalar points `log` accepted, and the system samples the run took
     points_stored: int  # scalar points the server acknowledged as stored
     points_spooled: int  # scalar points left in the spool (offline, or the server could not be reached)
     ops_spooled: int  # requests left in the spool, `moelab tracker sync` uploads them

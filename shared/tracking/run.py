@@ -83,7 +83,8 @@ class Run:
         self._auto_step = first_step  # a resumed run continues after the server's highest step
         self._finished = False
         self._delivery: Delivery | None = None
-        self.points_logged = 0
+        self.points_logged = 0  # by `log`
+        self.system_points_logged = 0  # by the system monitor (`shared.tracking.system`)
         self.refused: list[dict[str, Any]] = []  # what the server refused (each with its reason)
         if self._disabled:
             return
@@ -134,7 +135,7 @@ class Run:
         wall = time.time()
         with self._lock:
             self._buffer.add_points(sample, wall, [(k, encode_number(v, f"metric {k!r}")) for k, v in metrics.items()])
-            self.points_logged += len(metrics)
+            self.system_points_logged += len(metrics)
 
     def _add(self, field: str, item: dict[str, Any], size: int) -> None:
         with self._lock:
@@ -227,12 +228,13 @@ class Run:
             self._delivery = Delivery(self.id, self.mode, self.points_logged, 0, 0, 0, 0)
             return self._delivery
         self._finished = True
-        if self._monitor is not None:
+        if self._monitor is not None:  # no sample may arrive after the sender's last batch
             self._monitor.stop()
+            self._monitor.join(5.0)
         self._sender.close({"op": "finish", "run": self.id, "body": {"status": status, "wall": time.time()}}, timeout)
         ops_spooled, points_spooled = self._spool.pending()
         self._delivery = Delivery(
-            run_id=self.id, mode=self.mode, points_logged=self.points_logged,
+            run_id=self.id, mode=self.mode, points_logged=self.points_logged + self.system_points_logged,
             points_stored=self._sender.points_stored, points_spooled=points_spooled, ops_spooled=ops_spooled,
             refused=len(self.refused), spool_path=str(self._spool.path) if ops_spooled else None,
             rejected_path=str(self._rejected.path) if self.refused else None,

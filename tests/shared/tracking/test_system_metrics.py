@@ -29,7 +29,9 @@ def test_a_run_logs_system_samples_on_their_own_steps(tracker):
         run.log({"loss": 1.0})
     time.sleep(0.8)
     run.log({"loss": 0.5})
-    assert run.finish().complete
+    delivery = run.finish()
+    assert delivery.complete and run.points_logged == 4  # the samples are delivered, counted apart
+    assert delivery.points_logged == 4 + run.system_points_logged and run.system_points_logged >= 12
     keys = {k["key"]: k for k in tracker.store.keys(run.id)["scalars"]}
     assert tracker.store.series(run.id, "loss")["steps"] == [0, 1, 2, 3]  # samples did not move the steps
     cpu = tracker.store.series(run.id, "system/cpu_percent")
