@@ -124,6 +124,8 @@ def init(
         "created": time.time(),
     }
     if fork_from is not None or fork_step is not None:
+        if fork_from is None or fork_step is None:
+            raise ValueError("fork_from and fork_step go together: name the run to fork and the last step it keeps")
         if id is not None:
             raise ValueError("a fork is a new run: pass fork_from and fork_step without id=")
         body.update(fork_of=fork_from, fork_step=fork_step)

@@ -36,6 +36,8 @@ def test_forking_a_run_the_tracker_does_not_hold_fails_in_the_caller(tracker):
         start_run(tracker, fork_from="nosuchrun", fork_step=3)
     with pytest.raises(ValueError, match="go together"):
         start_run(tracker, fork_from="nosuchrun")
+    with pytest.raises(ValueError, match="go together"):
+        start_run(tracker, fork_step=3, mode="disabled")
     with pytest.raises(ValueError, match="new run"):
         start_run(tracker, id="abc", fork_from="nosuchrun", fork_step=1)
 
