@@ -42,6 +42,8 @@ def site(tmp_path_factory):
     balanced = [{"key": "router/load/layer0", "step": s, "wall": 1.7e9 + s, "values": [100.0] * 8, "edges": None}
                 for s in range(0, 100, 10)]
     log({}, [], hist=balanced)
+    long_event = {"kind": "warning", "message": "x" * 60_000, "data": {"note": "y" * 5000}, "step": 3, "wall": 1.7e9 + 3}
+    c.post("/api/runs/live/batch", json={"batch_id": uuid.uuid4().hex, "events": [long_event]}).raise_for_status()
     yield srv.url, log
     c.close()
     srv.stop()
@@ -145,4 +147,13 @@ def test_a_live_refresh_updates_the_chart_in_place_and_keeps_the_readout(site, p
     page.wait_for_function("window.__tracker.charts['loss'].data[0].length === 120", timeout=15000)
     assert _chart(page, "loss", "u.__kept") is True  # the same chart, not a rebuilt one
     assert _chart(page, "loss", "u.readout.textContent").startswith("step ")
+    assert not page.errors
+
+
+def test_a_60k_character_event_message_wraps_inside_the_page(site, page):
+    url, _ = site
+    open_page(page, f"{url}/runs/live")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1400, width  # the viewport's width: the message wraps instead of widening the page
+    assert len(page.locator("#events td.event-message").first.inner_text()) == 60_000  # and is shown whole
     assert not page.errors
