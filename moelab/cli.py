@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "moelab.commands.hparam",
     "moelab.commands.tracker",
     "moelab.commands.score",
+    "moelab.commands.router",
     "moelab.commands.ablate",
     "moelab.commands.eval",
     "moelab.commands.export",

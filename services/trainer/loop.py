@@ -19,6 +19,7 @@ from typing import Any
 from services.trainer.evaluation import evaluate, suite_evaluator
 from services.trainer.metrics import memory_gib, mfu
 from services.trainer.parallel import mean_over_ranks
+from services.trainer.router_calibration import calibrate_at_end
 from services.trainer.router_stats import health_inputs, router_metrics
 from services.trainer.setup import Worker, WorkerContext, run_dir, set_up
 from services.trainer.step import MicroBatches, all_ranks_finite, apply_update, discard, forward_backward
@@ -78,6 +79,10 @@ def train_worker(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool = False
             if ctx.rank == 0:
                 w.run.artifact(str(path), kind="checkpoint")
         w.bar.update(1)
+    if w.cfg.model.moe.balance.calibrate_at_end and w.start < tc.steps:
+        calibration = calibrate_at_end(w)  # the final checkpoint gets the frozen model's re-solved eval bias
+        w.run.log(calibration, step=tc.steps - 1)
+        final.update(calibration)
     w.bar.close()
     w.history.close()
     delivery = w.run.finish()
@@ -110,7 +115,7 @@ def _log_step(w: Worker, step: int, loss_mean: float, micro: MicroBatches, opt_s
     tps = w.speed.rate()
     metrics = {"loss": loss_mean, "aux_loss": mean_over_ranks(micro.aux_loss, device), "tokens_per_s": tps,
                "tokens": (step + 1) * w.tokens_per_step, "memory_gib": memory_gib(device),
-               "bad_steps": w.bad_total, **opt_stats, **router_metrics(stats, micro.tally.last)}
+               "bad_steps": w.bad_total, **opt_stats, **router_metrics(stats, micro.tally.last, w.cfg.model.moe.top_k)}
     util = mfu(tps / max(w.ctx.world_size, 1), w.train_flops, w.peak_flops)
     if util is not None:
         metrics["mfu"] = util

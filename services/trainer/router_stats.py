@@ -10,6 +10,8 @@ Loss-Free Load Balancing", arXiv:2408.15664) is the same measure over a whole he
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -61,8 +63,10 @@ class RouterTally:
         return out
 
 
-def router_metrics(stats: dict[int, dict], last: dict[int, dict[str, Tensor]]) -> dict[str, float]:
-    """Tracker scalars: the worst layer's MaxVio, total dead experts, mean entropy, per-layer MaxVio and bias range."""
+def router_metrics(stats: dict[int, dict], last: dict[int, dict[str, Tensor]], top_k: int | None = None) -> dict[str, float]:
+    """Tracker scalars: the worst layer's MaxVio, total dead experts, mean entropy, per-layer MaxVio and bias range;
+    with `top_k`, also `router/maxvio_chance`, what uniform random routing of the step's tokens reads in one layer:
+    a step MaxVio below it is feedback (a bias chasing each micro-batch), not a balanced router."""
     if not stats:
         return {}
     metrics = {
@@ -75,7 +79,16 @@ def router_metrics(stats: dict[int, dict], last: dict[int, dict[str, Tensor]]) -
         if i in last:
             metrics[f"router/bias_max/layer{i}"] = float(last[i]["bias_max"])
             metrics[f"router/bias_min/layer{i}"] = float(last[i]["bias_min"])
+    if top_k is not None:
+        load = next(iter(stats.values()))["tokens_per_expert"]
+        metrics["router/maxvio_chance"] = chance_maxvio(round(sum(load) / top_k), len(load), top_k)
     return metrics
+
+
+@functools.lru_cache(maxsize=64)
+def chance_maxvio(tokens: int, experts: int, top_k: int) -> float:
+    """`uniform_routing_maxvio`, computed once per shape (a step's token count rarely changes)."""
+    return uniform_routing_maxvio(tokens, experts, top_k)
 
 
 def health_inputs(stats: dict[int, dict]) -> dict[int, dict]:

@@ -37,9 +37,25 @@ class BalanceConfig(Section):
         "weighs the new bias by 1 − exp(−n / horizon), so the average spans the same data whether the bias moves "
         "after every micro-batch or every step.",
     )
+    calibrate_at_end: bool = Field(
+        False, description="After the last step, re-solve each layer's eval-time bias on the frozen model over "
+        "`calibration_tokens` unseen training-stream tokens (moelab router calibrate) and save it in the final "
+        "checkpoint; training tensors and optimizer state stay as trained. Needs eval_bias=average.",
+    )
+    calibration_tokens: int = Field(
+        131072, ge=65536, le=1 << 30, description="Training-stream tokens the end-of-run calibration solves the bias on "
+        "(fewer than 65,536 fit the sample, not the mixture).",
+    )
     seq_aux_alpha: float = Field(1e-4, ge=0.0, le=1.0, description="α of DeepSeek-V3's sequence-wise auxiliary loss (0 = off).")
     switch_aux_alpha: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the classic Switch-style load-balancing loss.")
     z_loss_coef: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the router z-loss (ST-MoE).")
+
+    @model_validator(mode="after")
+    def _check_calibration(self) -> BalanceConfig:
+        if self.calibrate_at_end and self.eval_bias != "average":
+            raise ValueError("calibrate_at_end writes the eval-time bias, which eval_bias=live never routes with; "
+                             "set model.moe.balance.eval_bias=average or calibrate_at_end=false")
+        return self
 
 
 class BungeeConfig(Section):

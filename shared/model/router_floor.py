@@ -70,6 +70,7 @@ def document_blocks(inputs_NT: Tensor, sources_N: Sequence[str], eos_id: int) ->
     (shared.data.mixture), so a document that a sequence cuts continues in that source's next
     sequence: tokens are numbered per source along its own stream, a new document after every
     separator. Returns `block_NT` (global block ids) and `block_sources` (the source of each id)."""
+    inputs_NT = inputs_NT.cpu()
     N, T = inputs_NT.shape
     if len(sources_N) != N:
         raise ValueError(f"{len(sources_N)} sources for {N} sequences")

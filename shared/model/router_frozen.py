@@ -69,19 +69,20 @@ def moe_routers(model: nn.Module) -> dict[int, nn.Module]:
 def record_routing(model: nn.Module, seqs: Sequences, eos_id: int, chunk: int = 64,
                    layers: Sequence[int] | None = None) -> RoutingRecord:
     """Run `model` in eval mode over `seqs` (in chunks of `chunk` sequences) and keep the scores of
-    every MoE layer (or of `layers`); the model's train/eval mode is restored afterwards."""
+    every MoE layer (or of `layers`), on the CPU; the model's train/eval mode is restored afterwards."""
     routers = moe_routers(model)
     wanted = list(routers) if layers is None else list(layers)
     seen: dict[int, list[Tensor]] = {i: [] for i in wanted}
-    hooks = [routers[i].register_forward_hook(lambda m, a, out, i=i: seen[i].append(out.scores_TE.detach().float()))
+    hooks = [routers[i].register_forward_hook(lambda m, a, out, i=i: seen[i].append(out.scores_TE.detach().float().cpu()))
              for i in wanted]
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     loss_sum, tokens = 0.0, 0
     try:
         for start in range(0, len(seqs), chunk):
             part = seqs.slice(start, start + chunk)
-            _, aux = model(part.inputs_NT, part.targets_NT)
+            _, aux = model(part.inputs_NT.to(device), part.targets_NT.to(device))
             loss_sum += float(aux["lm_loss"]) * part.targets_NT.numel()
             tokens += part.targets_NT.numel()
     finally:
@@ -97,7 +98,7 @@ def _eval_bias(router: nn.Module) -> Tensor:
     """The bias the router selects with in eval mode."""
     was = router.training
     router.eval()
-    bias = router.selection_bias()
+    bias = router.selection_bias().detach().cpu()
     router.train(was)
     return bias
 
@@ -195,7 +196,7 @@ def calibrate_biases(model: nn.Module, seqs: Sequences, eos_id: int, reduce: Red
     out = {}
     for i, router in routers.items():
         scores_TE = record_routing(model, seqs, eos_id, chunk, layers=[i]).scores[i]
-        start = router.expert_bias_avg_E.clone()
+        start = router.expert_bias_avg_E.detach().cpu().clone()
         before = float(max_violation(reduce(_loads(router, scores_TE, start))))
         bias, after = solve_bias(router, scores_TE, start, reduce, iters)
         router.expert_bias_avg_E.copy_(bias)

@@ -55,3 +55,13 @@ def test_uniform_routing_floor_falls_with_the_tokens_and_is_zero_when_every_expe
     assert 0.08 < floors[0] < 0.17  # binomial spread of 1,024 assignments over 8 experts, max of 8
     assert floors[0] > floors[1] > floors[2] > 0
     assert abs(floors[0] / floors[2] - 4.0) < 1.0  # the spread falls as 1/sqrt(tokens)
+
+
+def test_step_maxvio_is_logged_beside_its_chance_level():
+    from services.trainer.router_stats import router_metrics, uniform_routing_maxvio
+
+    stats = {1: {"maxvio": 0.05, "entropy": 1.0, "dead": 0, "tokens_per_expert": [512.0] * 8}}
+    metrics = router_metrics(stats, {}, top_k=2)
+    assert metrics["router/maxvio_chance"] == uniform_routing_maxvio(2048, 8, 2)
+    assert 0.04 < metrics["router/maxvio_chance"] < 0.08  # 2,048 tokens, top-2 of 8: ~0.059
+    assert "router/maxvio_chance" not in router_metrics(stats, {})

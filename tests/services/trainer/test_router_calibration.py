@@ -1,0 +1,74 @@
+"""`moelab router calibrate` on a trained checkpoint: only the eval-time bias changes, the calibration is recorded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from typer.testing import CliRunner
+
+from moelab.cli import app
+from services.trainer.launch import run_local
+from services.trainer.loop import run_dir
+from services.trainer.router_calibration import calibrate_checkpoint, load_checkpoint
+from tests.services.trainer.conftest import tiny_cfg
+
+
+def _flat(ckpt, tmp_path, name):
+    dcp_to_torch_save(str(ckpt), str(tmp_path / name))
+    return torch.load(tmp_path / name, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, doc_globs):
+    tmp = tmp_path_factory.mktemp("calib")
+    cfg = tiny_cfg(tmp, doc_globs)
+    run_local(cfg)
+    return run_dir(cfg)
+
+
+def test_calibrated_checkpoint_differs_only_in_the_eval_time_bias(trained, tmp_path):
+    result = calibrate_checkpoint(trained, tokens=4096, eval_tokens=2048, out=tmp_path / "cal", held_out=False, min_tokens=0)
+    original = _flat(trained / "checkpoints" / "step_00000006", tmp_path, "a.pt")
+    calibrated = _flat(result["checkpoint"], tmp_path, "b.pt")
+    assert sorted(original["model"]) == sorted(calibrated["model"])
+    changed = sorted(k for k in original["model"] if not torch.equal(original["model"][k], calibrated["model"][k]))
+    assert changed and all(k.endswith("router.expert_bias_avg_E") for k in changed)
+    flat_a, flat_b = original["optim"], calibrated["optim"]
+    assert json.dumps(flat_a, default=str, sort_keys=True) == json.dumps(flat_b, default=str, sort_keys=True) or all(
+        torch.equal(flat_a["state"][p][n], flat_b["state"][p][n]) for p in flat_a["state"] for n in flat_a["state"][p]
+        if torch.is_tensor(flat_a["state"][p][n]))
+    assert result["checkpoint"] == str(tmp_path / "cal" / "checkpoints" / "step_00000006")
+    meta = json.loads((tmp_path / "cal" / "checkpoints" / "step_00000006" / "meta.json").read_text())
+    record = meta["router_calibration"]
+    assert record["data"]["tokens"] == 4096 and record["data"]["stream"] == "train"
+    assert meta["data"] == json.loads((trained / "checkpoints" / "step_00000006" / "meta.json").read_text())["data"]
+    # the written checkpoint loads like any other and routes with the calibrated bias
+    _, model, _, _, _ = load_checkpoint(tmp_path / "cal")
+    for k in changed:
+        torch.testing.assert_close(model.state_dict()[k], calibrated["model"][k])
+    assert set(record["after"]["train"]["maxvio"]) == set(record["layers"])
+
+
+def test_router_calibrate_refuses_too_few_tokens_and_a_missing_checkpoint(trained, tmp_path):
+    result = CliRunner().invoke(app, ["router", "calibrate", str(trained), "--tokens", "1000"])
+    assert result.exit_code == 2 and "65536" in result.output
+    result = CliRunner().invoke(app, ["router", "frozen", str(tmp_path)])
+    assert result.exit_code == 2 and "neither a checkpoint folder" in result.output
+
+
+@pytest.mark.slow
+def test_calibrate_at_end_leaves_the_calibrated_bias_and_its_record_in_the_final_checkpoint(tmp_path, doc_globs):
+    cfg = tiny_cfg(tmp_path, doc_globs, "model.moe.balance.calibrate_at_end=true",
+                   "model.moe.balance.calibration_tokens=65536")
+    result = run_local(cfg)
+    final = run_dir(cfg) / "checkpoints" / "step_00000006"
+    meta = json.loads((final / "meta.json").read_text())
+    assert meta["router_calibration"]["data"]["tokens"] == 65536
+    assert set(meta["router_calibration"]["layers"]) == {"layer1", "layer2", "layer3"}
+    assert all(f"router_calibration/maxvio_after/layer{i}" in result for i in (1, 2, 3))
+    state = _flat(final, tmp_path, "final.pt")["model"]
+    live = [k for k in state if k.endswith("expert_bias_E")]
+    assert any(not torch.equal(state[k], state[k.replace("expert_bias_E", "expert_bias_avg_E")]) for k in live)
