@@ -117,13 +117,17 @@ const KEYS_PER_CALL = 16;
       const s = per[r.id];
       if (!s) return null;
       const l = seriesLine(s, state.xAxis, r.created, (full.tokens || {})[r.id]);
-      return { xs: l.xs, ys: smooth(l.ys, state.smoothing), gaps: l.gaps };
+      return { xs: l.xs, ys: smooth(l.ys, state.smoothing), raw: l.ys, gaps: l.gaps };
     };
+    // with smoothing, each run's raw points stay drawn faintly under its smoothed line, both named
+    // in the readout, as on the run page: nothing is smoothed unseen
+    const sm = state.smoothing;
     if (!state.groupBy) {
       const lines = [], gaps = [];
       runs.forEach((r, i) => {
         const l = lineOf(r);
-        lines.push({ label: r.name, xs: l ? l.xs : [], ys: l ? l.ys : [], color: color(i) });
+        if (sm > 0) lines.push({ label: `${r.name} raw`, xs: l ? l.xs : [], ys: l ? l.raw : [], color: fade(color(i), 0.3), width: 1 });
+        lines.push({ label: sm > 0 ? `${r.name} smoothed ${sm}` : r.name, xs: l ? l.xs : [], ys: l ? l.ys : [], color: color(i) });
         if (l) gaps.push(...l.gaps);
       });
       return { lines, bands: [], gaps };
@@ -133,7 +137,8 @@ const KEYS_PER_CALL = 16;
       const ls = members.map(lineOf).filter(Boolean);
       if (!ls.length) return;
       const agg = aggregate(ls);
-      lines.push({ label: `${label} (mean of ${ls.length})`, xs: agg.xs, ys: agg.mean, color: color(g), width: 2 });
+      lines.push({ label: `${label} (mean of ${ls.length}${sm > 0 ? `, each smoothed ${sm}` : ""})`, xs: agg.xs, ys: agg.mean,
+        color: color(g), width: 2 });
       if (ls.length > 1) bands.push({ label, xs: agg.xs, lo: agg.lo, hi: agg.hi, color: color(g) });
     });
     return { lines, bands, gaps: [] };

@@ -103,3 +103,15 @@ def test_an_unknown_run_page_is_a_404_that_says_so_in_words(site, page):
     page.wait_for_selector("body[data-ready='error']")
     text = page.locator("#page-error").inner_text()
     assert text == "404 run 'nosuchrun' does not exist" and "{" not in text
+
+
+def test_compare_smoothing_keeps_each_runs_raw_series_and_names_both(site, page):
+    url, ids = site
+    open_page(page, f"{url}/compare?runs={ids['even']}&runs={ids['odd']}")
+    page.fill("#smoothing", "0.9")
+    page.dispatch_event("#smoothing", "input")
+    labels = page.evaluate("window.__tracker.charts['loss'].series.slice(1).map(s => s.label)")
+    assert labels == ["even raw", "even smoothed 0.9", "odd raw", "odd smoothed 0.9"]
+    text = _readout_at(page, "loss", 51)
+    assert "odd raw 2.69" in text and "odd smoothed 0.9" in text, text
+    assert not page.errors
