@@ -18,6 +18,11 @@ the chain keeps are counted: a margin changes nothing for a document another rul
 before every 2nd to 4th word (2.5-6x Gopher's 0.1), and prose interleaved with rows of numbers to
 an alphabetic-word share of about 0.62 (Gopher's minimum: 0.8).
 
+Each flagged document's share of code-shaped lines (`gopher_quality.code_line_share`) is recorded
+too: a document above `margin_code_lines` is past no margin (code is left to the review), so
+`removed_at_default_margin` counts only prose-shaped documents past their rule's margin, and
+`past_margin_code_shaped` the code-shaped ones the margin would have removed.
+
 Run: `.venv/bin/python benchmarks/review_margin.py`; last line one JSON object, also written to
 benchmarks/results/review_margin.json.
 """
@@ -100,11 +105,12 @@ def plant(texts: list[str], rng: random.Random) -> dict[str, list[str]]:
     return {"hashes": hashes, "ellipses": dots, "number_tables": tables}
 
 
-def severities(texts: list[str], kind: str) -> list[tuple[str, float]]:
-    """(rule, severity) of each document's Gopher layout flag, margins off (None when not flagged by Gopher)."""
+def severities(texts: list[str], kind: str) -> list[tuple[str, float, float]]:
+    """(rule, severity, code-line share) of each document's Gopher layout flag, margins off."""
     from services.data_filter.accounting import Chain
     from services.data_filter.filters import build_chain
     from services.data_filter.filters.base import Doc, reviews_layout
+    from services.data_filter.filters.gopher_quality import code_line_share
     from shared.config.chains import ChainConfig, deep_merge, default_chain
 
     language = {"enabled": False} if kind == "web_no_language" else {"languages": ["en", "es"]}
@@ -118,24 +124,32 @@ def severities(texts: list[str], kind: str) -> list[tuple[str, float]]:
         hit = chain.run(d)
         flag = d.meta.get("layout_flag", "")
         if hit is None and flag.startswith("gopher_quality:"):
-            out.append((flag.split(":", 1)[1], d.meta.get("layout_severity")))
+            out.append((flag.split(":", 1)[1], d.meta.get("layout_severity"), code_line_share(t)))
         elif hit is None:
-            out.append(("not_flagged", 0.0))
+            out.append(("not_flagged", 0.0, 0.0))
         else:
-            out.append((f"removed:{hit[0]}:{hit[1]}", 0.0))
+            out.append((f"removed:{hit[0]}:{hit[1]}", 0.0, 0.0))
     return out
 
 
-def summarise(found: list[tuple[str, float]], margins: dict[str, float]) -> dict:
-    per_rule: dict[str, list[float]] = defaultdict(list)
-    for rule, sev in found:
+def summarise(found: list[tuple[str, float, float]], margins: dict[str, float], code_lines: float) -> dict:
+    per_rule: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for rule, sev, share in found:
         if rule in RULES:
-            per_rule[rule].append(sev)
+            per_rule[rule].append((sev, share))
+
+    def past(sev: float, rule: str) -> bool:
+        return sev > margins.get(rule, float("inf"))
+
     return {"docs": len(found),
-            "flagged": {r: {"n": len(v), "min_severity": round(min(v), 3), "max_severity": round(max(v), 3),
-                            "removed_at_default_margin": sum(1 for s in v if s > margins.get(r, float("inf")))}
+            "flagged": {r: {"n": len(v), "min_severity": round(min(s for s, _ in v), 3),
+                            "max_severity": round(max(s for s, _ in v), 3),
+                            "max_code_line_share": round(max(c for _, c in v), 3),
+                            "removed_at_default_margin": sum(1 for s, c in v if past(s, r) and c <= code_lines),
+                            "past_margin_code_shaped": sum(1 for s, c in v if past(s, r) and c > code_lines),
+                            "code_line_share_past_margin": sorted(round(c, 3) for s, c in v if past(s, r))}
                         for r, v in sorted(per_rule.items())},
-            "other": dict(sorted((k, sum(1 for r, _ in found if r == k)) for k in {r for r, _ in found if r not in RULES}))}
+            "other": dict(sorted((k, sum(1 for r, _, _ in found if r == k)) for k in {r for r, _, _ in found if r not in RULES}))}
 
 
 def main() -> None:
@@ -145,17 +159,17 @@ def main() -> None:
     ap.add_argument("--per-source", type=int, default=40)
     ap.add_argument("--out", type=Path, default=_HERE / "results" / "review_margin.json")
     args = ap.parse_args()
-    margins = GopherQualityConfig().review_margin
+    margins, code_lines = GopherQualityConfig().review_margin, GopherQualityConfig().margin_code_lines
     clean = clean_sources(args.per_source)
     rng = random.Random(7)
     planted = plant(clean["man_es"] + clean["readme_news"] + clean["python_manual"], rng)
-    result: dict = {"benchmark": "review_margin", "margins": margins, "clean": {}, "planted": {}}
+    result: dict = {"benchmark": "review_margin", "margins": margins, "margin_code_lines": code_lines, "clean": {}, "planted": {}}
     for name, texts in clean.items():
         # code reaches Gopher in a prose chain only without language ID (which removes it first)
         for kind in ("web", "science", "web_no_language"):
-            result["clean"][f"{name}/{kind}"] = summarise(severities(texts, kind), margins)
+            result["clean"][f"{name}/{kind}"] = summarise(severities(texts, kind), margins, code_lines)
     for name, texts in planted.items():
-        result["planted"][f"{name}/web"] = summarise(severities(texts, "web"), margins)
+        result["planted"][f"{name}/web"] = summarise(severities(texts, "web"), margins, code_lines)
     clean_max: dict[str, float] = defaultdict(float)
     for r in result["clean"].values():
         for rule, d in r["flagged"].items():
@@ -167,6 +181,10 @@ def main() -> None:
     result["planted_flagged"] = planted_flagged
     result["planted_removed_by_margin"] = sum(d["removed_at_default_margin"] for r in result["planted"].values()
                                               for d in r["flagged"].values())
+    result["clean_past_margin_code_shaped"] = sum(d["past_margin_code_shaped"] for r in result["clean"].values()
+                                                  for d in r["flagged"].values())
+    result["planted_max_code_line_share"] = max((d["max_code_line_share"] for r in result["planted"].values()
+                                                 for d in r["flagged"].values()), default=0.0)
     for section in ("clean", "planted"):
         for name, r in result[section].items():
             print(f"{section:<8}{name:<26}{r['docs']:>5}  " + "  ".join(

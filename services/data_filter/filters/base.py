@@ -192,14 +192,15 @@ class Verdict:
         self.flag: str | None = None
         self.hard: str | None = None
 
-    def fail(self, reason: str, severity: float | None = None) -> bool:
+    def fail(self, reason: str, severity: float | None = None, margin_applies: bool = True) -> bool:
         """Record a failed rule; True when checking should stop and `result` be returned.
 
         `severity` is how many times over its limit the document is; past the settings' margin for
-        `reason` (`review_margin`) the failure removes even under review.
+        `reason` (`review_margin`) the failure removes even under review, unless the filter says the
+        margin does not apply to this document (`margin_applies`: Gopher's for code, see gopher_quality.py).
         """
         if self._filter.reviewing and reason in self._filter.review_reasons:
-            margin = getattr(self._filter.cfg, "review_margin", {}).get(reason)
+            margin = getattr(self._filter.cfg, "review_margin", {}).get(reason) if margin_applies else None
             if severity is None or margin is None or severity <= margin:
                 if self.flag is None:
                     self.flag = reason

@@ -89,3 +89,67 @@ def test_severity_is_a_ratio_over_the_limit():
 def test_bad_margins_fail_validation(bad):
     with pytest.raises(ValueError):
         ChainConfig.model_validate({"gopher_quality": {"review_margin": bad}})
+
+
+SHELL_SCRIPT = "\n".join([
+    "#!/bin/sh",
+    "##########################################################",
+    "# rotate-logs: keep the last five compressed logs of a service",
+    "##########################################################",
+    "set -eu",
+    "log_dir=\"${1:-/var/log/example}\"   # where the service writes",
+    "keep=5                             # how many old logs survive",
+    "",
+    "# nothing to do without the folder",
+    "if [ ! -d \"$log_dir\" ]; then",
+    "    exit 0",
+    "fi",
+    "",
+    "# compress yesterday's log and drop the oldest ones",
+    "for log in \"$log_dir\"/*.log; do",
+    "    [ -f \"$log\" ] || continue      # the glob matched nothing",
+    "    gzip -9 \"$log\"",
+    "done",
+    "ls -1t \"$log_dir\"/*.gz | tail -n +$((keep + 1)) | xargs -r rm -f",
+    "##########################################################",
+])
+JAVASCRIPT = "\n".join([
+    "const sizes = { small: 1, medium: 2, large: 4 }",
+    "// the weight of each item, and whether the box is full",
+    "function weigh (items) {",
+    "  let total = 0",
+    "  for (const item of items) {",
+    "    total += sizes[item.size] || 0",
+    "    if (total > 64) {",
+    "      return { total, full: true }",
+    "    }",
+    "  }",
+    "  return { total, full: false }",
+    "}",
+    "const pack = (items) => {",
+    "  const { total, full } = weigh(items)",
+    "  return full ? [] : items.map((x, i) => ({ ...x, slot: i + 1 }))",
+    "}",
+    "module.exports = { weigh, pack }",
+])
+
+
+@pytest.mark.parametrize("code", [SHELL_SCRIPT, JAVASCRIPT], ids=["shell", "javascript"])
+def test_code_far_past_a_prose_ratio_stays_a_flag_for_the_review(code):
+    """A shell script's `#` comments and JavaScript's brackets fail Gopher's prose ratios by as much as
+    the plants do; code-shaped lines keep such a file under review instead of past a margin."""
+    from services.data_filter.filters.gopher_quality import code_line_share
+
+    assert code_line_share(code) > 0.1
+    margins_for_all = _chain(margin_code_lines=1.0)
+    assert margins_for_all.run(Doc("c", code, "src")) is not None  # what the margins did to code before
+    d = Doc("c", code, "src")
+    assert _chain().run(d) is None
+    assert d.meta["layout_flag"].startswith("gopher_quality:") and d.meta["layout_severity"] > 1.5
+
+
+def test_the_plants_have_no_code_shaped_lines():
+    from services.data_filter.filters.gopher_quality import code_line_share
+
+    for text in (_marked("#", 2), _marked("…", 3), _with_number_rows(0.62), _prose()):
+        assert code_line_share(text) <= 0.04
