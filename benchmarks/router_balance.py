@@ -5,11 +5,12 @@ Each arm is a real `moelab train` run of a recipe (default configs/tiny.yaml: 8 
 (router statistics of the global batch, every step) and report, for the second half of the run:
 the mean MaxVio of the worst MoE layer (and of every layer), the largest MaxVio seen (an expert at
 (1 + MaxVio)× its balanced share; the acceptance bar is < 2×), the router-health warnings the run
-raised, and the final held-out loss. Then the final model, frozen, routes the next 32,768 tokens of
-its training stream (tokens it has not trained on) with the bias as last updated and with its
-average (`model.moe.balance.eval_bias`): a bias that moves after every micro-batch keeps each
-step's summed loads balanced by feedback, so the step MaxVio flatters it, and this MaxVio_global
-is what a deployed model routes with (beside uniform routing's sampling floor). The peer is the shipped DeepSeek-V3 setting (sign rule,
+raised, and the final held-out loss. Then the final model, frozen, routes the next 131,072 tokens
+of its training stream (tokens it has not trained on) with its eval-time bias, and its worst-layer
+MaxVio is read beside the block-bootstrap floor of the same tokens (`moelab router frozen`): the step
+MaxVio of a bias that moves after every micro-batch is kept low by feedback a deployed model no
+longer has, so arms are ranked by the frozen figure. `--calibrate` also re-solves each final model's
+bias on the 131,072 tokens before those (`moelab router calibrate`) and reports it the same way. The peer is the shipped DeepSeek-V3 setting (sign rule,
 γ = 1e-3, α = 1e-4); Loss-Free Balancing (Wang et al. 2024, arXiv:2408.15664) reports MaxVio_global
 0.72 with an aux loss against 0.04 loss-free at 1B scale and huge batches, the reference our small
 batches are measured against.
@@ -65,46 +66,28 @@ def _ladder() -> list[tuple[str, list[str]]]:
 ARMS = _ladder()
 
 
-FROZEN_TOKENS = 32768
+FROZEN_TOKENS = 131072
 
 
-def frozen_router_maxvio(cfg, tokens: int = FROZEN_TOKENS) -> dict:
-    """MaxVio_global of the run's final model, frozen, over the next `tokens` tokens of its training
-    stream (from where its last checkpoint left the loader), with the live bias and its average."""
-    import math
-
-    import torch
-
-    from scripts.eval_streams import final_model, use_eval_bias
-    from services.trainer.checkpoint import CheckpointManager
+def frozen_router(cfg, tokens: int = FROZEN_TOKENS, calibrate: bool = False) -> dict:
+    """The run's final model, frozen, routing the next `tokens` tokens of its training stream (from where
+    its last checkpoint left the loader) with its eval-time bias: worst-layer and per-layer MaxVio beside
+    the block-bootstrap floor on the same tokens (`moelab router frozen`). With `calibrate`, the bias is
+    first re-solved on the `tokens` before those (`moelab router calibrate`) and the figures are taken
+    on tokens the calibration never saw."""
     from services.trainer.data import with_parquet_documents
     from services.trainer.loop import run_dir
-    from services.trainer.router_stats import RouterTally, uniform_routing_maxvio
-    from shared.data.prepare import make_loader
+    from services.trainer.router_calibration import calibrate_checkpoint, frozen_report, load_checkpoint
 
     run = run_dir(cfg)
-    position = json.loads((CheckpointManager(run / "checkpoints").latest() / "meta.json").read_text())["data"]
-    _, model = final_model(run)
-    model.eval()
-    loader = make_loader(with_parquet_documents(cfg))
-    batches = math.ceil(tokens / (cfg.train.micro_batch_size * cfg.train.seq_len))
-    out = {"tokens": batches * cfg.train.micro_batch_size * cfg.train.seq_len}
-    for bias in ("live", "average"):
-        use_eval_bias(model, bias)
-        loader.load_state_dict(position)
-        tally = RouterTally()
-        with torch.no_grad():
-            for _ in range(batches):
-                tally.add(model(next(loader).inputs_BT)[1]["layers"])
-        per_layer = {f"layer{i}": st["maxvio"] for i, st in tally.layer_stats().items()}
-        out[bias] = max(per_layer.values())
-        out[f"{bias}_per_layer"] = per_layer
-    moe = cfg.model.moe
-    out["uniform_floor"] = uniform_routing_maxvio(out["tokens"], moe.n_routed_experts, moe.top_k)
-    return out
+    if calibrate:
+        record = calibrate_checkpoint(run, tokens, tokens, out=run / "calibrated", held_out=False)
+        return {"before": record["before"]["train"], "after": record["after"]["train"]}
+    cfg, model, _, meta, _ = load_checkpoint(run)
+    return {"before": frozen_report(model, with_parquet_documents(cfg), meta["data"], tokens, held_out=False)["train"]}
 
 
-def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str) -> dict:
+def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str, calibrate: bool = False) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -128,7 +111,7 @@ def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int,
     return {"arm": name, "seed": seed, "maxvio_last_half": max(per_layer.values()), "maxvio_per_layer": per_layer,
             "maxvio_peak_last_half": max(series["router/maxvio"][s] for s in half),
             "router_warnings": result.get("router_warnings"), "eval_loss": result.get("eval/loss"),
-            "eval_maxvio_global": result.get("eval/maxvio_global"), "frozen_maxvio_global": frozen_router_maxvio(cfg),
+            "eval_maxvio_global": result.get("eval/maxvio_global"), "frozen": frozen_router(cfg, calibrate=calibrate),
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -140,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--arm", action="append", default=[], help="NAME=override,override (replaces the built-in arms)")
     p.add_argument("--workers", type=int, default=2, help="arms trained at once (one thread each)")
     p.add_argument("--quick", action="store_true", help="2 arms, 1 seed, 30 steps")
+    p.add_argument("--calibrate", action="store_true", help="also calibrate each final model and report it frozen")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     args = p.parse_args(argv)
     from shared.config import load_config
@@ -153,29 +137,37 @@ def main(argv: list[str] | None = None) -> dict:
     prepare_shards(with_parquet_documents(load_config(ROOT / args.recipe)), 0)  # once, before arms race to build them
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
-        jobs = [pool.submit(run_arm, args.recipe, n, o, s, steps, tmp) for n, o in arms for s in range(args.seeds)]
+        jobs = [pool.submit(run_arm, args.recipe, n, o, s, steps, tmp, args.calibrate) for n, o in arms for s in range(args.seeds)]
         runs = [j.result() for j in jobs]
     table = {}
-    print(f"router balance: {args.recipe}, {steps} steps, {args.seeds} seed(s); second half of each run")
-    print(f"{'arm':24s} {'MaxVio worst layer':>18s} {'peak':>6s} {'warnings':>8s} {'eval loss':>9s} "
-          f"{'frozen live':>11s} {'frozen avg':>10s}")
+    print(f"router balance: {args.recipe}, {steps} steps, {args.seeds} seed(s); step MaxVio over the second half; "
+          f"frozen: the final model on the next {FROZEN_TOKENS:,} training-stream tokens"
+          + (", after calibration on the tokens before them" if args.calibrate else ""))
+    print(f"{'arm':24s} {'step MaxVio':>11s} {'peak':>6s} {'warnings':>8s} {'eval loss':>9s} "
+          f"{'frozen':>7s} {'floor':>6s} {'x floor':>7s}" + (f" {'calibrated':>10s} {'x floor':>7s}" if args.calibrate else ""))
     for name, _ in arms:
         rs = [r for r in runs if r["arm"] == name]
         row = {k: sum(r[k] for r in rs) / len(rs) for k in ("maxvio_last_half", "maxvio_peak_last_half", "eval_loss")}
-        for bias in ("live", "average"):
-            row[f"frozen_maxvio_{bias}"] = sum(r["frozen_maxvio_global"][bias] for r in rs) / len(rs)
-        row["frozen_tokens"] = rs[0]["frozen_maxvio_global"]["tokens"]
-        row["frozen_uniform_floor"] = rs[0]["frozen_maxvio_global"]["uniform_floor"]
+        for when in ("before", "after") if args.calibrate else ("before",):
+            key = "frozen" if when == "before" else "calibrated"
+            row[f"{key}_maxvio"] = sum(r["frozen"][when]["maxvio_worst"] for r in rs) / len(rs)
+            row[f"{key}_floor"] = sum(r["frozen"][when]["floor_worst"] for r in rs) / len(rs)
+            row[f"{key}_ratio_to_floor"] = sum(r["frozen"][when]["ratio_to_floor"] for r in rs) / len(rs)
         row["router_warnings"] = sum(r["router_warnings"] for r in rs)
         row["overrides"] = dict(arms)[name]
         row["runs"] = rs
         table[name] = row
-        print(f"{name:24s} {row['maxvio_last_half']:18.3f} {row['maxvio_peak_last_half']:6.2f} "
-              f"{row['router_warnings']:8d} {row['eval_loss']:9.4f} {row['frozen_maxvio_live']:11.3f} "
-              f"{row['frozen_maxvio_average']:10.3f}")
-    print(f"frozen: the final model routing the next {row['frozen_tokens']:,} tokens of its training stream "
-          f"(uniform routing reads {row['frozen_uniform_floor']:.3f})")
-    result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "arms": table,
+    rank_by = "calibrated_maxvio" if args.calibrate else "frozen_maxvio"
+    for name in sorted(table, key=lambda n: table[n][rank_by]):  # ranked by the frozen figure, not the step MaxVio
+        row = table[name]
+        line = (f"{name:24s} {row['maxvio_last_half']:11.3f} {row['maxvio_peak_last_half']:6.2f} "
+                f"{row['router_warnings']:8d} {row['eval_loss']:9.4f} {row['frozen_maxvio']:7.3f} "
+                f"{row['frozen_floor']:6.3f} {row['frozen_ratio_to_floor']:7.2f}")
+        if args.calibrate:
+            line += f" {row['calibrated_maxvio']:10.3f} {row['calibrated_ratio_to_floor']:7.2f}"
+        print(line)
+    result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "frozen_tokens": FROZEN_TOKENS,
+              "ranked_by": rank_by, "arms": table,
               "defaults": load_config(ROOT / args.recipe).model.moe.balance.model_dump(),
               "wall_seconds": round(time.perf_counter() - t0, 1), "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
     out = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "router_balance.json")
