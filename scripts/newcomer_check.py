@@ -9,15 +9,21 @@ types: data filter → score label/train/calibrate/run → data tokenize → tra
 
 - every input record is accounted for exactly once (rejected with its line, removed with a
   reason, a near duplicate, or written), and every written document is written once;
+- no written document lost more of its characters to the filter's edits than its chain's
+  `max_edit_loss` allows without being flagged (read from each row's meta);
 - no stage reads another stage's work files: the scorer scored exactly the documents the filter
-  declared in its manifest, once each;
+  declared in its manifest, once each, and the oracle labelled only those;
 - a rerun skips everything (the filter's output unchanged, every score shard and token item skipped);
-- a changed input rebuilds what depends on it (a new filter output is scored and tokenized again);
+- a changed input rebuilds what depends on it, in place: a document appended to an input makes
+  the filter say why and rebuild its output (accounting still exact), the scorer score the new
+  output and nothing else, and the token shards rebuild;
 - a used run name is refused without --resume, a schedule-changing resume without
   --allow-config-change, and an allowed change is recorded.
 
-Usage: `.venv/bin/python scripts/newcomer_check.py [--keep DIR]`; prints one JSON line at the end
-and exits non-zero on the first broken invariant. Sized to run in a few minutes on 2 cores.
+Usage: `.venv/bin/python scripts/newcomer_check.py [--keep DIR] [--docs N]`; prints one JSON line at
+the end (with the seconds each step took) and exits non-zero on the first broken invariant. Every
+step that offers an in-process path takes it (`data filter --workers 0`, `train --no-ray`,
+`mixture.use_ray: false`); `score run` always starts a local Ray.
 """
 
 from __future__ import annotations
@@ -175,29 +181,79 @@ def scored_ids(scorer_out: Path) -> list[str]:
             pq.read_table(scorer_out / "scores" / s["name"], columns=["id"]).column("id").to_pylist()]
 
 
+def edit_limits(cfg_path: Path) -> dict[str, float]:
+    """Per source, the largest share of a document's characters its chain may edit away unflagged:
+    the largest `max_edit_loss` of the chain's enabled rewriting filters (language overrides included)."""
+    from shared.config import load_config
+
+    limits = {}
+    for source, chain in load_config(cfg_path).data.resolved_chains().items():
+        bounds = [v for f in chain.root.values() if f.enabled and hasattr(f, "max_edit_loss")
+                  for v in (f.max_edit_loss, *(o.get("max_edit_loss", f.max_edit_loss) for o in f.by_language.values()))]
+        limits[source] = max(bounds, default=0.0)
+    return limits
+
+
+def check_edits(out: Path, limits: dict[str, float]) -> dict:
+    """No written document lost more than its chain's bound unflagged (from each row's meta)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    rows = flagged = edited = 0
+    for shard in manifest["shards"]:
+        table = pq.read_table(out / shard["name"], columns=["id", "source", "meta"])
+        for doc_id, source, meta in zip(*(table.column(c).to_pylist() for c in ("id", "source", "meta")), strict=True):
+            m = json.loads(meta)
+            check("chars_original" in m and "chars_kept" in m, f"{doc_id}: its meta does not say what the filter kept")
+            loss = 1 - m["chars_kept"] / m["chars_original"] if m["chars_original"] else 0.0
+            rows += 1
+            edited += m["chars_kept"] < m["chars_original"]
+            flagged += "edit_flag" in m
+            check(loss <= limits[source] + 1e-9 or "edit_flag" in m,
+                  f"{doc_id} ({source}) lost {loss:.1%} of its characters unflagged; the bound is {limits[source]:.0%}")
+    return {"rows": rows, "edited": edited, "edit_flagged": flagged}
+
+
+class Steps:
+    """Seconds per step, reported in the final JSON line (where the time goes)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str, *args: str, expect: int = 0) -> str:
+        t0 = time.perf_counter()
+        out = moelab(*args, expect=expect)
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t0, 1)
+        return out
+
+
+STEPS = Steps()
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", default=None, help="Work in this folder and keep it (default: a temp folder, removed).")
-    parser.add_argument("--docs", type=int, default=40, help="Documents per source.")
+    parser.add_argument("--docs", type=int, default=20, help="Documents per source.")
     args = parser.parse_args()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="moelab-newcomer-"))
     t0 = time.perf_counter()
+    step = STEPS
     try:
-        texts = debian_texts(args.docs)
+        texts = debian_texts(args.docs + 1)
         check(len(texts) >= 2, f"found text for only {list(texts)} on this machine")
+        late = {s: docs.pop() for s, docs in texts.items() if len(docs) > args.docs}  # held back: the changed input
         files = write_corpus(work / "corpus", texts, n_dups=5)
         cfg_path = work / "newcomer.yaml"
         cfg_path.write_text(yaml.safe_dump(recipe(work, files)))
         cfg = str(cfg_path)
-        moelab("config", "check", cfg)
+        step("config check", "config", "check", cfg)
 
-        moelab("data", "filter", cfg, "--workers", "0")
+        step("filter", "data", "filter", cfg, "--workers", "0")
         out = work / "filtered"
         accounting = check_accounting(out, count_lines(files))
+        edits = check_edits(out, edit_limits(cfg_path))
         check(list((out / "work").rglob("*.parquet")) != [], "the filter left no work files; the next check means little")
 
         for stage in ("label", "train", "calibrate", "run"):
-            moelab("score", stage, cfg)
+            step(f"score {stage}", "score", stage, cfg)
         scored = scored_ids(work / "scorer")
         check(sorted(scored) == sorted(written_ids(out)), f"the scorer scored {len(scored)} rows, {len(set(scored))} "
               f"distinct, for {accounting['written']} documents the filter declared")
@@ -205,49 +261,52 @@ def main() -> dict:
         kept = set(written_ids(out))
         check(all(i in kept for i in labels), "the oracle labelled a document the filter did not keep")
 
-        tok_out = moelab("data", "tokenize", cfg)
+        tok_out = step("tokenize", "data", "tokenize", cfg)
         check("items built" in tok_out, f"tokenize printed no build line:\n{tok_out}")
-        moelab("train", cfg, "--no-ray")
-        refused = moelab("train", cfg, "--no-ray", expect=2)
+        step("train", "train", cfg, "--no-ray")
+        refused = step("train refused", "train", cfg, "--no-ray", expect=2)
         check("already holds a run" in refused, f"a second run under the same name was not refused:\n{refused}")
-        changed = moelab("train", cfg, "--no-ray", "--resume", "train.steps=4", expect=2)
+        changed = step("train refused", "train", cfg, "--no-ray", "--resume", "train.steps=4", expect=2)
         check("--allow-config-change" in changed, f"a schedule-changing resume was not refused:\n{changed}")
-        moelab("train", cfg, "--no-ray", "--resume", "train.steps=4", "--allow-config-change")
+        step("train resume", "train", cfg, "--no-ray", "--resume", "train.steps=4", "--allow-config-change")
         change_log = work / "runs" / "newcomer" / "config-changes.jsonl"
         check(change_log.is_file() and "train.steps" in change_log.read_text(), "the allowed change was not recorded")
         metrics = [json.loads(line) for line in (work / "runs" / "newcomer" / "metrics.jsonl").read_text().splitlines()]
         steps = [m["step"] for m in metrics if "step" in m and "loss" in m]
         check(steps == sorted(set(steps)), f"metrics hold overlapping steps (two runs mixed): {steps}")
 
-        inspect = moelab("data", "inspect", str(out))
-        check("funnel:" in inspect, f"data inspect printed no funnel:\n{inspect}")
+        inspect = step("inspect", "data", "inspect", str(out))
+        check("funnel:" in inspect and "ids:" in inspect, f"data inspect printed no funnel or id counts:\n{inspect}")
 
         # a rerun skips everything
         before = (out / "manifest.json").read_text()
-        moelab("data", "filter", cfg, "--workers", "0")
+        step("filter rerun", "data", "filter", cfg, "--workers", "0")
         check((out / "manifest.json").read_text() == before, "a filter rerun changed its output")
-        rerun = _last_json(moelab("score", "run", cfg))
+        rerun = _last_json(step("score rerun", "score", "run", cfg))
         check(rerun["shards_scored"] == 0 and rerun["shards_skipped_done"] >= 1, f"a score rerun scored again: {rerun}")
-        check("items built 0" in moelab("data", "tokenize", cfg), "a tokenize rerun built items again")
+        check("items built 0" in step("tokenize rerun", "data", "tokenize", cfg), "a tokenize rerun built items again")
 
-        # a changed input: refused in place (with the reason), rebuilt downstream from a new output
-        first = next(iter(files.values()))
+        # a changed input rebuilds, in place, what depends on it: the filter output, its scores, the tokens
+        first, extra = next((files[s], late[s]) for s in files if s in late)
         with open(first, "ab") as fh:
-            fh.write((json.dumps({"id": "late-addition", "text": texts[next(iter(texts))][0][::-1]}) + "\n").encode())
-        stale = moelab("data", "filter", cfg, "--workers", "0", expect=2)
-        check("other inputs" in stale, f"a changed input was not refused in the old output folder:\n{stale}")
-        cfg2_path = work / "newcomer-2.yaml"
-        cfg2_path.write_text(yaml.safe_dump(recipe(work, files, out_name="filtered-2")))
-        moelab("data", "filter", str(cfg2_path), "--workers", "0")
-        check_accounting(work / "filtered-2", count_lines(files))
-        again = _last_json(moelab("score", "run", str(cfg2_path)))
-        check(again["shards_scored"] >= 1, f"the new filter output was not scored: {again}")
-        check(sorted(scored_ids(work / "scorer")) == sorted(written_ids(work / "filtered-2")),
-              "the scores do not match the new filter output exactly")
-        rebuilt = moelab("data", "tokenize", str(cfg2_path))
-        check("items built 0" not in rebuilt, "the tokenizer did not rebuild from the new filter output")
+            fh.write((json.dumps({"id": "late-addition", "text": extra}) + "\n").encode())
+        rebuilt = step("filter changed input", "data", "filter", cfg, "--workers", "0")
+        check("inputs changed" in rebuilt, f"the filter did not say why it rebuilt:\n{rebuilt[-2000:]}")
+        check((out / "manifest.json").read_text() != before, "a changed input left the filter output as it was")
+        check(json.loads((out / "stats.json").read_text()).get("rebuilt"), "stats.json does not record the rebuild")
+        after = check_accounting(out, count_lines(files))
+        check(after["records"] == accounting["records"] + 1, f"the rebuild read {after['records']} records, expected "
+              f"{accounting['records'] + 1}")
+        check_edits(out, edit_limits(cfg_path))
+        again = _last_json(step("score changed input", "score", "run", cfg))
+        check(again["shards_scored"] >= 1, f"the rebuilt filter output was not scored: {again}")
+        check(sorted(scored_ids(work / "scorer")) == sorted(written_ids(out)),
+              "the scores do not match the rebuilt filter output exactly")
+        tokens = step("tokenize changed input", "data", "tokenize", cfg)
+        check("items built 0" not in tokens, f"the token shards were not rebuilt from the new filter output:\n{tokens}")
         return {"ok": True, "sources": {k: len(v) for k, v in texts.items()}, "accounting": accounting,
-                "scored": len(scored), "labelled": len(labels), "seconds": round(time.perf_counter() - t0, 1)}
+                "edits": edits, "scored": len(scored), "labelled": len(labels), "rebuilt": after,
+                "seconds": round(time.perf_counter() - t0, 1), "steps": step.seconds}
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -265,6 +324,6 @@ if __name__ == "__main__":
         result = main()
     except Broken as exc:
         print(f"newcomer check FAILED: {exc}", file=sys.stderr)
-        print(json.dumps({"ok": False, "broken": str(exc)[:2000]}))
+        print(json.dumps({"ok": False, "broken": str(exc)[:2000], "steps": STEPS.seconds}))
         sys.exit(1)
     print(json.dumps(result))
