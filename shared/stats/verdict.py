@@ -17,12 +17,15 @@ from statistics import NormalDist
 from shared.stats.paired import Comparison
 
 POWER = 0.8
+# a mean difference below this fraction of its sd is float rounding of a zero mean, not an effect
+ROUNDING = 1e-9
 
 
 def seeds_needed(mean: float, sd: float, level: float = 0.95, power: float = POWER) -> int | None:
     """Seeds (paired) for a two-sided test at `level` to detect `mean` with `power`; None when the
-    measured mean difference is zero (no effect to detect)."""
-    if mean == 0 or not math.isfinite(mean):
+    measured mean difference is zero, or zero to rounding against its spread (differences of
+    +1/n and −1/n accuracy average to ~1e-17, not 0): there is no effect to detect."""
+    if not math.isfinite(mean) or abs(mean) <= ROUNDING * sd or mean == 0:
         return None
     z = NormalDist().inv_cdf(1 - (1 - level) / 2) + NormalDist().inv_cdf(power)
     return max(2, math.ceil((z * sd / abs(mean)) ** 2))
@@ -42,7 +45,8 @@ def verdict_line(metric: str, arm: str, baseline: str, comp: Comparison, higher_
                 f"({n} seed{'s' if n != 1 else ''})")
     needed = seeds_needed(comp.mean, comp.sd, comp.level)
     if needed is None:
-        tail = "the arms measured the same on every seed"
+        tail = ("the arms measured the same on every seed" if comp.sd == 0 else
+                "the mean difference is zero, so no number of seeds would put one arm ahead")
     else:
         tail = f"about {max(needed, n + 1)} seeds would be needed"
     return (f"{arm} vs {baseline} on {metric}: no difference detectable at this budget "

@@ -37,3 +37,14 @@ def test_an_interval_over_zero_says_how_many_seeds_would_be_needed():
 def test_identical_arms_say_so_instead_of_a_seed_count():
     comp = compare_paired({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0})
     assert "the arms measured the same on every seed" in verdict_line("m", "a", "b", comp, True)
+
+
+def test_a_mean_difference_that_is_zero_to_rounding_needs_no_seed_count():
+    """Accuracies differing by +1/42 and -1/42 average to ~1e-18, not 0: that is no effect to detect."""
+    a, b = 1 / 42, 2 / 42
+    comp = compare_paired({0: 0.5 + a, 1: 0.5 - a, 2: 0.5 + b, 3: 0.5 - b}, {0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5})
+    assert comp.mean != 0 and abs(comp.mean) < 1e-15
+    assert seeds_needed(comp.mean, comp.sd) is None
+    line = verdict_line("task/acc", "a", "b", comp, True)
+    assert "the mean difference is zero, so no number of seeds would put one arm ahead" in line
+    assert "the arms measured the same on every seed" not in line  # they did not: the seeds differ
