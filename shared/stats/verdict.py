@@ -7,6 +7,8 @@ interval covers zero, "no difference detectable at this budget: about N seeds wo
 N is the usual normal-approximation sample size of a paired two-sided test at the same level
 with 80% power, n = ((z_{1−α/2} + z_{power}) · sd / |mean|)², from the differences measured here
 (DataDecide and FineWeb use 2–3 seeds at small scale; this says when that is not enough).
+A win on 5 seeds or fewer carries how often every seed agrees by chance when the arms are equal
+(2 · 0.5ⁿ: 50% at 2 seeds, 25% at 3), since that is when a percentile interval excludes zero.
 """
 
 from __future__ import annotations
@@ -31,6 +33,22 @@ def seeds_needed(mean: float, sd: float, level: float = 0.95, power: float = POW
     return max(2, math.ceil((z * sd / abs(mean)) ** 2))
 
 
+def chance_all_agree(n: int) -> float:
+    """Probability that n paired differences all share a sign when the arms are equal (each sign a
+    fair coin): 2 · 0.5ⁿ. With n ≤ 3 seeds the exact percentile bootstrap interval spans the smallest
+    to the largest difference, so it excludes zero exactly when they all agree."""
+    return 2.0 * 0.5**n
+
+
+def few_seeds_caveat(n: int, level: float) -> str:
+    """A clause for a winning verdict on so few seeds that every seed agreeing is likelier by chance
+    than the interval's own error rate (n ≤ 5 at 95%); empty otherwise."""
+    p = chance_all_agree(n)
+    if n < 1 or p <= 1 - level:
+        return ""
+    return f"; with {n} seeds every seed agrees by chance {p:.0%} of the time when the arms are equal"
+
+
 def verdict_line(metric: str, arm: str, baseline: str, comp: Comparison, higher_is_better: bool) -> str:
     """The verdict sentence for arm − baseline on `metric` (see the module docstring)."""
     sign = 1.0 if higher_is_better else -1.0
@@ -42,7 +60,7 @@ def verdict_line(metric: str, arm: str, baseline: str, comp: Comparison, higher_
         if gain < 0:
             gain, lo, hi = -gain, -hi, -lo
         return (f"{winner} beat {loser} by {gain:.4g} {metric}, {pct} interval [{lo:.4g}, {hi:.4g}] "
-                f"({n} seed{'s' if n != 1 else ''})")
+                f"({n} seed{'s' if n != 1 else ''}){few_seeds_caveat(n, comp.level)}")
     needed = seeds_needed(comp.mean, comp.sd, comp.level)
     if needed is None:
         tail = ("the arms measured the same on every seed" if comp.sd == 0 else

@@ -48,3 +48,16 @@ def test_a_mean_difference_that_is_zero_to_rounding_needs_no_seed_count():
     line = verdict_line("task/acc", "a", "b", comp, True)
     assert "the mean difference is zero, so no number of seeds would put one arm ahead" in line
     assert "the arms measured the same on every seed" not in line  # they did not: the seeds differ
+
+
+def test_a_win_on_few_seeds_says_how_often_that_happens_by_chance():
+    """Two seeds: the interval is [min, max] of the differences, so it excludes zero for half of all
+    pairs of equal arms; the verdict has to say so."""
+    two = compare_paired({0: 1.1, 1: 1.3}, {0: 1.0, 1: 1.0})
+    line = verdict_line("task/acc", "a", "b", two, True)
+    assert line.startswith("a beat b by 0.2 task/acc") and line.endswith(
+        "; with 2 seeds every seed agrees by chance 50% of the time when the arms are equal")
+    five = compare_paired({s: 1.1 + 0.01 * s for s in range(5)}, dict.fromkeys(range(5), 1.0))
+    assert "by chance 6% of the time" in verdict_line("task/acc", "a", "b", five, True)
+    six = compare_paired({s: 1.1 + 0.01 * s for s in range(6)}, dict.fromkeys(range(6), 1.0))
+    assert "by chance" not in verdict_line("task/acc", "a", "b", six, True)  # 3% < 5%
