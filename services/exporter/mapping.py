@@ -116,4 +116,7 @@ def hf_config(cfg: ModelConfig, arch: Architecture) -> dict[str, Any]:
             "qk_nope_head_dim": m.qk_nope_head_dim, "qk_rope_head_dim": m.qk_rope_head_dim,
             "v_head_dim": m.v_head_dim, "head_dim": m.qk_rope_head_dim,
             # DeepSeek's interleaved RoPE pairs; the RoPE channels are permuted on export to match (weights.py)
-            "rope_interleave": True, "num_nextn_predict_layers": 0}
+            "rope_interleave": True, "num_nextn_predict_layers": 0,
+            # what DeepSeek-V3's own config.json says and vLLM reads: without them vLLM's DeepSeek layer
+            # scores with softmax and has no correction bias (transformers' class is sigmoid + bias always)
+            "topk_method": "noaux_tc", "scoring_func": "sigmoid"}

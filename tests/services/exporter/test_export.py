@@ -105,6 +105,7 @@ def test_mla_without_shared_experts_and_output_bungee_exports_as_deepseek_v3(tmp
     assert result.check.max_abs_logit_diff <= 1e-4 and result.check.greedy_equal
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["rope_interleave"] is True and config["n_group"] == 2
+    assert config["topk_method"] == "noaux_tc" and config["scoring_func"] == "sigmoid"  # what vLLM reads
     ckpt = import_hf(tmp_path / "hf", tmp_path / "imported")
     assert _bitwise_equal(load_trained_model(run).model.state_dict(), load_trained_model(ckpt).model.state_dict()) == []
 
