@@ -60,6 +60,7 @@ def test_router_calibrate_refuses_too_few_tokens_and_a_missing_checkpoint(traine
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # six training steps, then three layer passes over 65,536 tokens
 def test_calibrate_at_end_leaves_the_calibrated_bias_and_its_record_in_the_final_checkpoint(tmp_path, doc_globs):
     cfg = tiny_cfg(tmp_path, doc_globs, "model.moe.balance.calibrate_at_end=true",
                    "model.moe.balance.calibration_tokens=65536")
