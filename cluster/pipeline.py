@@ -1,6 +1,7 @@
 """The whole data-to-model job: `ray job submit --working-dir . -- python -m cluster.pipeline CONFIG [overrides]`.
 
-filter → oracle label → distill heads → calibrate → score → select + tokenize → train → summary.
+filter → oracle label → distill heads → calibrate → score → select + tokenize → train → summary,
+and the data ablation as a last stage when `ablation.pipeline_stage` asks for it (cluster/ablation/stage.py).
 One config drives every stage; each stage is content-addressed (cluster/stages.py), so a rerun
 skips what is finished and a changed knob reruns only the stages that depend on it. Every stage
 reports to the tracker under one pipeline run: each stage gets a child run (its duration, status
@@ -103,6 +104,7 @@ def _placed(cfg: ExperimentConfig, prefix: str, run):
 
 
 def build_stages(cfg: ExperimentConfig) -> list[Stage]:
+    from cluster.ablation.stage import ablation_stage
     from cluster.select import select_kept
     from services.data_filter.pipeline import run as run_filter
     from services.scorer.heads import HEADS_VERSION
@@ -126,7 +128,7 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
         return {"selected": selected, "tokens": {k: manifest.get(k) for k in ("tokens", "docs", "sources")
                                                  if k in manifest}}
 
-    return [
+    stages = [
         Stage("filter", lambda: run_filter(cfg.data, experiment=cfg), j(cfg.data),
               outputs=(Path(cfg.data.out_dir),), extra_key=file_fingerprints(input_files(cfg))),
         Stage("label", _placed(cfg, "scorer.oracle", lambda: label_stage(cfg)), j(cfg.scorer.oracle), after=("filter",),
@@ -144,6 +146,8 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
         Stage("train", _placed(cfg, "train", train), {"model": j(cfg.model), "optim": j(cfg.optim), "train": j(cfg.train)},
               after=("tokenize",), outputs=(Path(cfg.train.out_dir),)),
     ]
+    ablation = ablation_stage(cfg, root)  # optional: `ablation.pipeline_stage`, after the data stages
+    return stages if ablation is None else [*stages, ablation]
 
 
 def summarize(results: dict[str, StageResult]) -> dict[str, Any]:
@@ -164,6 +168,7 @@ def summarize(results: dict[str, StageResult]) -> dict[str, Any]:
         "tokens": tok.get("tokens"),
         "train": {k: train.get(k) for k in ("loss", "eval/loss", "tokens_per_s", "mfu", "steps", "run_id")},
         "stages": {n: {"seconds": round(res.seconds, 1), "skipped": res.skipped} for n, res in results.items()},
+        "ablation": {k: r["ablation"].get(k) for k in ("verdicts", "failed_runs", "files")} if "ablation" in r else None,
     }
 
 
