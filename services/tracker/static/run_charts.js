@@ -226,11 +226,17 @@ const AXIS_LABELS = { step: "step", wall: "seconds since start", tokens: "tokens
 // The frozen router's figures (the trained model routing held-out tokens): `router_frozen/maxvio_worst`
 // and `router_frozen/floor` join the step MaxVio chart, `router_frozen/maxvio/<layer>` the
 // per-layer one.
+// The trainer's chance level (`router/maxvio_chance`, uniform routing of the step's tokens) is a
+// dashed line on the step MaxVio chart too, and the end-of-run calibration's per-layer figures
+// (`router_calibration/maxvio_before|after/<layer>`) are dots on the per-layer chart.
 function frozenOf(key) {
   if (key === "router_frozen/maxvio_worst") return { chart: "router/maxvio", kind: "worst", label: "frozen router, worst layer" };
   if (key === "router_frozen/floor") return { chart: "router/maxvio", kind: "floor", label: "floor set by the data" };
-  const m = key.match(/^router_frozen\/maxvio\/(?:layer)?(\d+)$/);
+  if (key === "router/maxvio_chance") return { chart: "router/maxvio", kind: "floor", label: "chance level (uniform routing)" };
+  let m = key.match(/^router_frozen\/maxvio\/(?:layer)?(\d+)$/);
   if (m) return { chart: "layers:router/maxvio", kind: "layer", layer: +m[1], label: `layer ${m[1]} frozen` };
+  m = key.match(/^router_calibration\/maxvio_(before|after)\/(?:layer)?(\d+)$/);
+  if (m) return { chart: "layers:router/maxvio", kind: "layer", layer: +m[2], label: `layer ${m[2]} ${m[1]} calibration` };
   return null;
 }
 

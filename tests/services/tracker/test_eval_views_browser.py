@@ -32,10 +32,11 @@ def site(tmp_path_factory):
     for step in range(0, 50, 10):
         train.log({"loss": 3 - step / 50, "eval/bpb/prose": 2.0 - step / 100, "eval/bpb/code": 1.5 - step / 100,
                    "eval/task/cloze/acc": 0.25 + step / 200, "eval/task/cloze/logprob": -3 + step / 50,
-                   "eval/task/arith/acc": 0.1 + step / 500, "router/maxvio": 0.5 - step / 200,
+                   "eval/task/arith/acc": 0.1 + step / 500, "router/maxvio": 0.5 - step / 200, "router/maxvio_chance": 0.05,
                    "router/maxvio/layer0": 0.4 - step / 200, "router/maxvio/layer1": 0.45 - step / 200}, step=step)
     train.log({"router_frozen/maxvio_worst": 0.14, "router_frozen/floor": 0.08, "router_frozen/maxvio/0": 0.12,
-               "router_frozen/maxvio/1": 0.14}, step=40)
+               "router_frozen/maxvio/1": 0.14, "router_calibration/maxvio_before/0": 0.2,
+               "router_calibration/maxvio_after/0": 0.09}, step=40)
     train.event("artifact", "exported to runs/export as DeepseekV3ForCausalLM", step=40, path="runs/export", format="hf",
                 architecture="DeepseekV3ForCausalLM", max_abs_logit_diff=3.2e-5, greedy_equal=True,
                 source_checkpoint="runs/train/step_40")
@@ -103,11 +104,15 @@ def test_the_frozen_routers_maxvio_sits_beside_the_step_maxvio_with_the_floor_as
     url, ids = site
     open_page(page, f"{url}/runs/{ids['train']}")
     labels = page.evaluate("window.__tracker.charts['router/maxvio'].series.slice(1).map(s => s.label)")
-    assert labels == ["router/maxvio", "frozen router, worst layer", "floor set by the data"]
+    assert labels[:2] == ["router/maxvio", "frozen router, worst layer"]
+    assert sorted(labels[2:]) == ["chance level (uniform routing)", "floor set by the data"]
     floor = page.evaluate("""(() => { const u = window.__tracker.charts['router/maxvio'];
-        return [u.data[0][0], u.data[0][u.data[0].length - 1], u.data[3][0], u.data[3][u.data[0].length - 1]]; })()""")
+        const i = u.series.findIndex(s => s.label === 'floor set by the data');
+        return [u.data[0][0], u.data[0][u.data[0].length - 1], u.data[i][0], u.data[i][u.data[0].length - 1]]; })()""")
     assert floor == [0, 40, 0.08, 0.08]  # one value, drawn across the whole chart
     per_layer = page.evaluate("window.__tracker.charts['layers:router/maxvio'].series.slice(1).map(s => s.label)")
-    assert per_layer == ["layer 0", "layer 1", "layer 0 frozen", "layer 1 frozen"]
+    assert per_layer == ["layer 0", "layer 1", "layer 0 after calibration", "layer 0 before calibration", "layer 0 frozen",
+                         "layer 1 frozen"]
+    assert not page.evaluate("!!window.__tracker.charts['router/maxvio_chance']")  # not a chart of its own
     assert "router_frozen" not in page.locator("#summary").inner_text()
     assert not page.errors
