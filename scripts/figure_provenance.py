@@ -62,10 +62,7 @@ PENDING = {
     "docs/moe.md": "many figures from lab-log runs with no result file, and stale CPU results unmarked",
     "docs/precision.md": "figures of the first precision harness and of lab-log probes with no result file",
     "docs/scorer.md": "L_probe sweep times and ensemble figures from lab-log runs; stale scorer results unmarked",
-    "docs/hparam.md": "the 64/256 rerun's optima, printed by scripts/sweep_slope_bootstrap.py but not committed",
     "docs/data_filter.md": "stale filter results unmarked; rates from lab-log runs",
-    "docs/tracker.md": "one derived count (rollup points) to be marked with its source",
-    "docs/evaluation.md": "a score quoted from a run with no committed result",
 }
 
 
