@@ -46,8 +46,8 @@ def shuffle_sentences(text: str, rng: random.Random) -> str:
     Why the last stays: a copy must differ from its source by one defect. Moving the last sentence
     also changes how the document ends, and in the demo sample a third of the documents end
     without terminal punctuation (a formula, a heading, a cut page): shuffled whole, such a copy
-    usually ends on a finished sentence, which the oracle and the heads both reward, and the
-    labelled order pairs taught that a shuffle raises quality as often as it lowers it (lab log).
+    usually ends on a finished sentence, which the oracle and the heads both reward, so order pairs
+    built from such copies teach the heads that a shuffle raises quality as often as it lowers it.
     A cut ending is the `truncation` kind's defect.
     """
     paras = _sentences_by_paragraph(text)
@@ -207,8 +207,9 @@ def can_carry(text: str, kind: str) -> bool:
 
     Only `order` has a condition. Shuffling a two-line fortune, a formal proof whose steps share no
     words, or a list of unrelated articles gives a copy that neither the oracle nor any statistic
-    of the text can tell from its source: in the demo's labelled sample such copies were two
-    thirds of the order pairs, and they taught the heads that a shuffle costs nothing (lab log).
+    of the text can tell from its source. Such copies were two thirds of the order pairs in the
+    demo's labelled sample, and pairs whose "worse" side reads the same teach the heads that a
+    shuffle costs nothing.
     """
     if kind != "order":
         return True
