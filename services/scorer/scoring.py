@@ -124,16 +124,16 @@ def run_scoring(cfg, paths: list[str], *, max_shards: int | None = None, crash_m
         bar = _bar(sum(expected.values()), progress)
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             for path in pc.unique(batch.column("path")).to_pylist():
-                key = _match_path(path, expected)
+                src = _match_path(path, expected)  # not `key`: that is the scorer key the manifest records
                 part = batch.filter(pc.equal(batch.column("path"), path)).drop_columns(["path"])
-                buffers[key].append(part)
-                counts[key] += part.num_rows
+                buffers[src].append(part)
+                counts[src] += part.num_rows
                 bar.update(part.num_rows)
-                if counts[key] == expected[key]:
-                    table = pa.concat_tables(buffers.pop(key))
+                if counts[src] == expected[src]:
+                    table = pa.concat_tables(buffers.pop(src))
                     table = table.take(pc.sort_indices(table, sort_keys=[("id", "ascending")]))
-                    write_parquet_atomic(table, scores_dir / shard_output_name(key))
-                    done[key] = table.num_rows
+                    write_parquet_atomic(table, scores_dir / shard_output_name(src))
+                    done[src] = table.num_rows
                     kept += int(np.sum(table.column("keep").to_numpy(zero_copy_only=False)))
                     skipped_judge += int(np.sum(table.column("judge_skipped").to_numpy(zero_copy_only=False)))
                     probe_kept += int(np.sum(table.column("probe_kept").to_numpy(zero_copy_only=False)))
