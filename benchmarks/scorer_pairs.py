@@ -17,7 +17,14 @@ Judge alone and the calibrated cascade (a document the cascade drops ranks below
 Accuracy = fraction of pairs ordered right; ties count as errors. The oracle's own accuracy is
 printed too (it is what the heads learn). Last line: one JSON object.
 
-    .venv/bin/python benchmarks/scorer_pairs.py [--config configs/demo.yaml] [--per-group 40] [--quick]
+    .venv/bin/python benchmarks/scorer_pairs.py [--config configs/demo.yaml] [--per-group 40] [--quick] [--only-code]
+
+`--only-code` labels, trains and calibrates on the demo's code alone and pairs only code, in a
+fraction of the time: each rubric's heads learn from that rubric's labels alone, so prose changes
+nothing for the code heads (set scorer.oracle.sample_size near a full run's code share, about 270
+of the demo's 1,000). `--heads-only` skips calibration and the cascade: the Probe and the Judge
+are measured alone (what the heads learnt does not depend on the thresholds). The result says
+`only_code`/`heads_only` and names its overrides.
 """
 
 from __future__ import annotations
@@ -80,6 +87,8 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     ap.add_argument("--per-group", type=int, default=40, help="clean documents per language group")
     ap.add_argument("--quick", action="store_true", help="smoke run: 300 labels, 2 epochs, 6 documents per group")
+    ap.add_argument("--heads-only", action="store_true", help="no calibration, no cascade: the Probe and the Judge alone")
+    ap.add_argument("--only-code", action="store_true", help="code documents and code pairs only (the code rubric's heads)")
     ap.add_argument("--out-dir", default="", help="scorer directory to work in; labels and heads already there "
                     "(from an earlier run with the same config) are reused instead of rebuilt")
     ap.add_argument("--out", default="", help="results JSON (default: benchmarks/results/scorer_pairs.json unless --quick)")
@@ -104,18 +113,22 @@ def main() -> None:
     unseen, missing = choose_unseen_code(per_group, seed=5)
     held.update(unseen)
     pool = demo_pool(held_ids)
+    if args.only_code:
+        held = {g: docs for g, docs in held.items() if g.startswith("code")}
+        pool = [d for d in pool if d["kind"] == "code"]
     t0 = time.perf_counter()
     out = Path(cfg.scorer.out_dir)
     if not (out / "labels.parquet").exists():
         pipeline.label_stage(cfg, docs=pool)
     train = pipeline.train_stage(cfg) if not (out / "heads.pt").exists() else {"probe_layer": cfg.scorer.probe_layer,
                                                                               "judge_layer": cfg.scorer.judge_layer}
-    calib = pipeline.calibrate_stage(cfg, docs=pool)
+    calib = None if args.heads_only else pipeline.calibrate_stage(cfg, docs=pool)
+    modes = ("probe", "judge") if args.heads_only else ("probe", "judge", "cascade")
     build_s = time.perf_counter() - t0
     scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
     oracle = make_oracle(cfg.scorer.oracle)
 
-    acc: dict[str, dict[str, list[bool]]] = {m: {} for m in ("probe", "judge", "cascade", "oracle")}
+    acc: dict[str, dict[str, list[bool]]] = {m: {} for m in (*modes, "oracle")}
     by_group: dict[str, dict[str, dict[str, list[bool]]]] = {m: {} for m in acc}
     read = []
     for group, docs in held.items():
@@ -128,14 +141,15 @@ def main() -> None:
                 texts.append(degrade(r["text"], k, random.Random(f"pairs:{r['id']}:{k}")))
                 meta.append((r["id"], k))
         kinds = [kind] * len(texts)
-        res = {m: scorer.score(texts, kinds, mode=m) for m in ("probe", "judge", "cascade")}
+        res = {m: scorer.score(texts, kinds, mode=m) for m in modes}
         read += res["judge"]["read_fraction"].tolist()
         rank = {"probe": res["probe"]["probe_quality"], "judge": res["judge"]["judge_quality"],
-                # the cascade orders survivors by the Judge, what the Probe dropped below them and what
-                # it kept on its own above them
-                "cascade": res["cascade"]["quality"] + np.where(res["cascade"]["probe_kept"], 1.0,
-                                                                np.where(res["cascade"]["judge_skipped"], -1.0, 0.0)),
                 "oracle": np.array([sum(oracle.scores(t, kind).values()) for t in texts], dtype=float)}
+        if "cascade" in res:
+            # the cascade orders survivors by the Judge, what the Probe dropped below them and what it
+            # kept on its own above them
+            rank["cascade"] = res["cascade"]["quality"] + np.where(res["cascade"]["probe_kept"], 1.0,
+                                                                   np.where(res["cascade"]["judge_skipped"], -1.0, 0.0))
         clean_at = {doc_id: i for i, (doc_id, k) in enumerate(meta) if not k}
         for i, (doc_id, k) in enumerate(meta):
             if not k:
@@ -145,9 +159,9 @@ def main() -> None:
                 acc[m].setdefault(k, []).append(hit)
                 by_group[m].setdefault(group, {}).setdefault(k, []).append(hit)
     summary = {m: {k: float(np.mean(v)) for k, v in kinds.items()} for m, kinds in acc.items()}
-    for m in ("probe", "judge", "cascade", "oracle"):
+    for m in acc:
         print(f"{m:8s} " + "  ".join(f"{k} {v:.2f}" for k, v in summary[m].items()), flush=True)
-    heads_min = min(min(summary["judge"].values()), min(summary["cascade"].values()))
+    heads_min = min(min(summary[m].values()) for m in ("judge", "cascade") if m in summary)
     by_group_mean = {m: {g: {k: float(np.mean(v)) for k, v in ks.items()} for g, ks in groups.items()}
                      for m, groups in by_group.items()}
     unseen_obf = {m: float(np.mean([hit for g in unseen for hit in by_group[m][g]["obfuscation"]])) if unseen else None
@@ -155,16 +169,17 @@ def main() -> None:
     print("unseen code, obfuscation: " + "  ".join(f"{m} {v:.2f}" for m, v in unseen_obf.items() if v is not None))
     result = {
         "accuracy": summary, "min_judge_cascade": heads_min,
-        "cascade_by_group": by_group_mean["cascade"], "accuracy_by_group": by_group_mean,
+        "cascade_by_group": by_group_mean.get("cascade"), "accuracy_by_group": by_group_mean,
         "unseen_code_obfuscation": unseen_obf, "missing_groups": missing,
         "unseen_code_sources": {g: {"packages": SHIPPED_CODE[g].packages, "documents": len(unseen[g]),
                                     "files": [r["meta"]["origin"] for r in unseen[g]]} for g in unseen},
         "pairs_per_kind": {k: len(v) for k, v in acc["judge"].items()},
         "read_fraction_mean": float(np.mean(read)),
-        "held_out_spearman": {n: r["spearman_quality"] for n, r in calib["rubrics"].items()},
-        "flops_saved_calibrate": calib["compute"]["flops_saved"],
+        "held_out_spearman": {n: r["spearman_quality"] for n, r in calib["rubrics"].items()} if calib else None,
+        "flops_saved_calibrate": calib["compute"]["flops_saved"] if calib else None,
         "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
         "config": _repo_relative(args.config), "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
+        "only_code": args.only_code, "heads_only": args.heads_only,
         "machine": machine_report(),  # its counts reproduce across machines, its seconds do not
     }
     write_result(result, args.out, "scorer_pairs", args.quick)

@@ -12,8 +12,15 @@ clean document above its degraded copies. Every function is deterministic given 
 | `spam` | prose | inserts 3 lines of marketing spam between paragraphs or sentences |
 | `truncation` | prose | cuts the last 30% of characters off, mid-sentence |
 | `repetition` | prose | repeats a paragraph (or a run of sentences) twice more after itself |
-| `obfuscation` | code | strips comments and docstrings and renames identifiers to `v1`, `v2`, ... |
+| `obfuscation` | code | strips comments and documentation and renames names in code to meaningless ones (`v1`, `a`, `_0x1f3a`) |
 | `layout` | code | joins all lines into one, dropping newlines and indentation |
+| `uncommented` | code | strips comments and documentation only |
+| `renamed` | code | renames names in code only |
+
+Comments and names are stripped in the file's own language (oracle/code_lexer.py), so the copies
+of Perl, JavaScript or C lose what the oracle counts there. `uncommented` and `renamed` are the two
+halves of `obfuscation`: trained on only the whole obfuscation, the heads may learn one tell of it
+(a `v12` token) instead of both things the rubric's readability and clarity value.
 """
 
 from __future__ import annotations
@@ -183,6 +190,8 @@ DEGRADATIONS: dict[str, tuple[str, Callable[[str, random.Random], str]]] = {
     "repetition": ("prose", repeat_paragraph),
     "obfuscation": ("code", obfuscate),
     "layout": ("code", collapse_layout),
+    "uncommented": ("code", strip_comments),
+    "renamed": ("code", rename_identifiers),
 }
 
 

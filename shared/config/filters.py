@@ -197,7 +197,7 @@ class GopherQualityConfig(FilterSettings):
         description="Layout rule -> times over its limit past which a document is removed even under layout review.",
     )
     margin_code_lines: float = Field(
-        0.1, ge=0, le=1, description="Share of lines laid out as code (ending in { } ; \\ or a shell block word) above which "
+        0.05, ge=0, le=1, description="Share of lines laid out as code (ending in { } ; \\ or a shell block word) above which "
         "no review margin applies: code fails the prose ratios by nature and is left to the review (1 = margins for every document).",
     )
 

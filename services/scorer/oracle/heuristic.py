@@ -30,7 +30,7 @@ class HeuristicOracle(Oracle):
     """Deterministic CPU stand-in for the oracle LLM (see the module docstring): never a real label."""
 
     name = "heuristic"
-    model = "heuristic-stand-in-v4"
+    model = "heuristic-stand-in-v5"
     is_stand_in = True
 
     def __init__(self, reference: tuple[str, ...] = (), reference_every: int = 3,

@@ -27,8 +27,16 @@ def test_scorer_benchmark_quick_prints_flops_saved_and_keeper_loss():
 @pytest.mark.slow
 def test_scorer_pairs_benchmark_quick_reports_accuracy_per_kind_for_every_head():
     last = run_benchmark("scorer_pairs.py", "--quick", timeout=1500)
-    kinds = {"order", "spelling", "spam", "truncation", "repetition", "obfuscation", "layout"}
+    kinds = {"order", "spelling", "spam", "truncation", "repetition", "obfuscation", "layout", "uncommented", "renamed"}
     for mode in ("probe", "judge", "cascade", "oracle"):
         assert set(last["accuracy"][mode]) == kinds and all(0 <= v <= 1 for v in last["accuracy"][mode].values())
     assert 0 < last["read_fraction_mean"] <= 1
     assert last["machine"]["cpu"] and "blas" in last["machine"]
+    # unseen code: every shipped group is either paired or named missing, each head measured on it
+    from services.scorer.shipped_code import SHIPPED_CODE
+
+    assert set(last["unseen_code_sources"]) | set(last["missing_groups"]) == set(SHIPPED_CODE)
+    for group in last["unseen_code_sources"]:
+        assert set(last["accuracy_by_group"]["judge"][group]) == {"obfuscation", "layout", "uncommented", "renamed"}
+    if last["unseen_code_sources"]:
+        assert all(0 <= last["unseen_code_obfuscation"][m] <= 1 for m in ("probe", "judge", "cascade", "oracle"))
