@@ -156,7 +156,8 @@ def summarize(results: dict[str, StageResult]) -> dict[str, Any]:
     filt, score, tok, train = r.get("filter", {}), r.get("score", {}), r.get("tokenize", {}), r.get("train", {})
     calib = r.get("calibrate", {})
     return {
-        "scorer": {"held_out_spearman": {name: rub.get("spearman_quality", {}).get("judge")
+        # Both heads: the Probe (a cheap early-exit read) can agree with the oracle better than the Judge.
+        "scorer": {"held_out_spearman": {name: {head: rub.get("spearman_quality", {}).get(head) for head in ("probe", "judge")}
                                          for name, rub in calib.get("rubrics", {}).items()},
                    "flops_saved": calib.get("compute", {}).get("flops_saved"),
                    "judge_passes_skipped": score.get("judge_passes_skipped"),

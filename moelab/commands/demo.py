@@ -199,9 +199,10 @@ def print_summary(summary: dict, tracker_url: str) -> list[str]:
         lines.append(f"  {source:>16}: {n['train']} train / {n['eval']} held-out documents")
     sc = summary.get("scorer") or {}
     if sc.get("held_out_spearman"):
-        agreement = ", ".join(f"{n} {v:.2f}" for n, v in sc["held_out_spearman"].items() if v is not None)
+        agreement = ", ".join(f"{n} " + " / ".join(f"{head.capitalize()} {v:.2f}" for head, v in heads.items() if v is not None)
+                              for n, heads in sc["held_out_spearman"].items())
         saved = f"{sc['flops_saved']:.0%}" if sc.get("flops_saved") is not None else "n/a"
-        lines.append(f"scorer: held-out Spearman vs the oracle (Judge) {agreement}; early exit saved {saved} of "
+        lines.append(f"scorer: held-out Spearman vs the oracle {agreement}; early exit saved {saved} of "
                      f"backbone FLOPs on the held-out split")
     tokens = summary.get("tokens") or {}
     if tokens.get("tokens"):
