@@ -2,7 +2,9 @@
 folder answers 32 greedy tokens through the OpenAI API, and they are `moelab generate`'s tokens.
 
 Needs `.venv-vllm/` (`make .venv-vllm/.installed-stamp`; skipped otherwise, with that instruction).
-vLLM on CPU rejects head widths below 32, so the model here has head_dim 64.
+vLLM on CPU rejects head widths below 32, so the GQA model has head_dim 64; its CPU MLA decode
+kernel takes only DeepSeek-V3's latent cache entry (kv_lora_rank 512 + RoPE 64), so the MLA model
+has that latent.
 """
 
 from __future__ import annotations
@@ -68,11 +70,20 @@ def vllm_greedy(url: str, prompt: list[int]) -> list[int]:
     return [int(t.removeprefix("token_id:")) for t in tokens]
 
 
+SERVED = {
+    "gqa": ("model.head_dim=64",),
+    "mla": ("model.attention.pattern=[mla]", "model.attention.mla.kv_lora_rank=512",
+            "model.attention.mla.qk_rope_head_dim=64", "model.attention.mla.qk_nope_head_dim=64",
+            "model.attention.mla.v_head_dim=64"),
+}
+
+
 @pytest.mark.slow
-def test_vllm_serves_the_export_with_moelab_generates_greedy_tokens(tmp_path):
+@pytest.mark.parametrize("kind", sorted(SERVED))
+def test_vllm_serves_the_export_with_moelab_generates_greedy_tokens(tmp_path, kind):
     if not (VENV / "bin" / "python").exists() or not list(VENV.glob("lib/python*/site-packages/vllm")):
         pytest.skip(f"{VENV} has no vllm; run `make .venv-vllm/.installed-stamp` first")
-    run, _ = make_run(tmp_path, "served", "model.head_dim=64")
+    run, _ = make_run(tmp_path, "served", *SERVED[kind])
     result = export_checkpoint(run, tmp_path / "hf", greedy_tokens=8)
     trained = load_trained_model(run)
     tok = trained.require_tokenizer()
