@@ -60,7 +60,6 @@ NOT_CHECKED = {"docs/LOG.md": "a dated record", "docs/benchmarks.md": "generated
 # and a guide leaves this list once it passes.
 PENDING = {
     "docs/moe.md": "many figures from lab-log runs with no result file, and stale CPU results unmarked",
-    "docs/precision.md": "figures of the first precision harness and of lab-log probes with no result file",
     "docs/scorer.md": "L_probe sweep times and ensemble figures from lab-log runs; stale scorer results unmarked",
     "docs/data_filter.md": "stale filter results unmarked; rates from lab-log runs",
 }
@@ -97,6 +96,8 @@ CODE: dict[str, tuple[str, ...]] = {
     "tracker": ("benchmarks/tracker.py", "services/tracker", "shared/tracking"),
     "router_balance": ("benchmarks/router_balance.py", "shared/model/router.py", "services/trainer/loop.py"),
     "precision_gap": ("benchmarks/precision_gap.py", "shared/precision"),
+    "precision_report": ("moelab/commands/precision.py", "shared/precision", "shared/plan/memory.py",
+                         "configs/proxy-7b2a.yaml", "configs/proxy-16b4a.yaml"),
 }
 # `×` right after the number is a ratio (`0.79×`); with a space or a number after it, a shape (`2,048 × 256`).
 FIGURE = re.compile(r"(?<![\w.\-/#=:+])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d|e[-+]?\d)")
