@@ -11,8 +11,10 @@ Two choices that make it fast on CPU, both measured (docs/moe.md):
   accumulates y into T rows with `index_add_` (its backward gathers grad[tok_A]). Every gather
   reads from a T-row tensor that stays in cache and every accumulation writes into one, so no
   T·K-row tensor is ever gathered at random: one T·K×D pass per direction. On CPU `index_add_`
-  walks the index in order, so the sums are deterministic (bitwise reproducible runs); on CUDA
-  it uses atomics unless `torch.use_deterministic_algorithms(True)`.
+  walks the index in order, so the sums are deterministic (bitwise reproducible runs). On CUDA
+  `index_add_` accumulates with atomics (bf16 sums that change from run to run), so there both
+  accumulations gather the K rows of each token back into slot order and sum them over k instead
+  (`combine_method`: one S×D gather per direction, no atomics, the same bits every run).
 - The routing weight of each assignment multiplies the expert's hidden activation (width F)
   before w2 rather than its output (width D): w2·(s·h) = s·(w2·h), and F ≤ D for fine-grained
   experts, so the weighting touches fewer numbers and the combine is a plain sum.
@@ -36,6 +38,7 @@ from shared.kernels.expert_path_autotune import TUNER as PATH_TUNER
 from shared.kernels.expert_threads import explicit_setting, use_expert_threads
 from shared.kernels.fused_experts import fused_routed_experts
 from shared.kernels.grouped_mm import grouped_mm
+from shared.kernels.histogram import expert_histogram
 
 # (x_TI, w_EOI, counts_E, backend) -> y_TO, differentiable; `grouped_mm` or a precision wrapper of it.
 GroupedMM = Callable[[Tensor, Tensor, Tensor, str], Tensor]
@@ -58,7 +61,7 @@ def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None)
     """Sort the (token, slot) assignments by expert; apply a per-expert capacity if given."""
     flat_S = idx_TK.reshape(-1)
     order_A = torch.argsort(flat_S, stable=True)
-    counts_E = torch.bincount(flat_S, minlength=n_experts)
+    counts_E = expert_histogram(flat_S, n_experts)  # no host sync (shared.kernels.histogram)
     if capacity is None:
         return Routing(order_A, counts_E, torch.zeros((), dtype=torch.long, device=idx_TK.device))
     expert_A = flat_S[order_A]
@@ -69,13 +72,35 @@ def route_by_expert(idx_TK: Tensor, n_experts: int, capacity: int | None = None)
     return Routing(order_A[keep_A], kept_E, (counts_E - kept_E).sum())
 
 
-def permute(x_TD: Tensor, routing: Routing, top_k: int) -> Tensor:
+class _PermuteGatherBackward(torch.autograd.Function):
+    """x[tok_A] whose backward sums each token's K gradient rows in slot order (no atomics)."""
+
+    @staticmethod
+    def forward(ctx, x_TD: Tensor, tok_A: Tensor, row_S: Tensor, top_k: int) -> Tensor:
+        ctx.save_for_backward(row_S)
+        ctx.top_k, ctx.n_rows = top_k, tok_A.numel()
+        return x_TD.index_select(0, tok_A)
+
+    @staticmethod
+    def backward(ctx, g_AD: Tensor):
+        (row_S,) = ctx.saved_tensors
+        if ctx.n_rows < row_S.numel():  # dropped slots read an appended zero row
+            g_AD = torch.cat([g_AD, g_AD.new_zeros(1, g_AD.shape[1])])
+        K = ctx.top_k
+        return g_AD[row_S].view(row_S.numel() // K, K, g_AD.shape[1]).sum(1), None, None, None
+
+
+def permute(x_TD: Tensor, routing: Routing, top_k: int, method: str = "auto") -> Tensor:
     """Rows of x gathered in expert order: row a is token `order_A[a] // top_k`.
 
-    autograd's backward of `index_select` is `index_add_` into zeros: the K copies of a token's
-    gradient are summed into its row in one pass.
+    The backward sums the K copies of a token's gradient into its row: with `index_add` (autograd's
+    backward of `index_select`, one pass) or, with `gather`, in slot order as `unpermute_sum` does
+    (`combine_method` picks by device).
     """
-    return x_TD.index_select(0, routing.order_A // top_k)
+    tok_A = routing.order_A // top_k
+    if combine_method(x_TD.device, method) == "index_add" or not x_TD.requires_grad:
+        return x_TD.index_select(0, tok_A)
+    return _PermuteGatherBackward.apply(x_TD, tok_A, slot_rows(routing, x_TD.shape[0] * top_k), top_k)
 
 
 def slot_weights(weights_TK: Tensor, routing: Routing) -> Tensor:
@@ -83,12 +108,43 @@ def slot_weights(weights_TK: Tensor, routing: Routing) -> Tensor:
     return weights_TK.reshape(-1).index_select(0, routing.order_A)
 
 
-def unpermute_sum(y_AD: Tensor, routing: Routing, T: int, top_k: int) -> Tensor:
+COMBINES = ("auto", "index_add", "gather")
+
+
+def combine_method(device: torch.device, method: str = "auto") -> str:
+    """`auto`: `index_add` on CPU (it walks the index in order there, so it is deterministic, and it
+    writes no S×D copy), `gather` elsewhere (CUDA's `index_add` accumulates with atomics: its bf16
+    sums change from run to run)."""
+    if method not in COMBINES:
+        raise ValueError(f"unknown combine {method!r}; choose one of {list(COMBINES)}")
+    if method != "auto":
+        return method
+    return "index_add" if device.type == "cpu" else "gather"
+
+
+def slot_rows(routing: Routing, n_slots: int) -> Tensor:
+    """For each (token, slot) s = t·K + k, the row of the expert-ordered outputs that holds it, or
+    A (one past the last row) for an assignment dropped by capacity: the inverse of `order_A`."""
+    n_kept = routing.order_A.numel()
+    row_S = torch.full((n_slots,), n_kept, dtype=torch.long, device=routing.order_A.device)
+    return row_S.scatter_(0, routing.order_A, torch.arange(n_kept, device=row_S.device))
+
+
+def unpermute_sum(y_AD: Tensor, routing: Routing, T: int, top_k: int, method: str = "auto") -> Tensor:
     """Sum (already weighted) expert outputs into their tokens' rows: out[t] = Σ_{a: tok(a)=t} y[a].
 
-    Out-of-place `index_add`, whose backward w.r.t. `y_AD` is the gather grad[tok_A].
+    `index_add`: out-of-place `index_add`, whose backward w.r.t. `y_AD` is the gather grad[tok_A].
+    `gather`: every token's K rows gathered back into slot order (a dropped slot reads a zero row)
+    and summed over k in slot order: the same sum in a fixed order, so bitwise the same on every
+    run on any device, and no atomics (the gather's backward writes each row once). `auto` picks by
+    device (`combine_method`).
     """
-    return y_AD.new_zeros(T, y_AD.shape[1]).index_add(0, routing.order_A // top_k, y_AD)
+    if combine_method(y_AD.device, method) == "index_add":
+        return y_AD.new_zeros(T, y_AD.shape[1]).index_add(0, routing.order_A // top_k, y_AD)
+    row_S = slot_rows(routing, T * top_k)
+    if routing.order_A.numel() < T * top_k:  # capacity dropped some: they read an appended zero row
+        y_AD = torch.cat([y_AD, y_AD.new_zeros(1, y_AD.shape[1])])
+    return y_AD[row_S].view(T, top_k, y_AD.shape[1]).sum(1)
 
 
 def unpermute_combine(y_AD: Tensor, routing: Routing, weights_TK: Tensor) -> Tensor:
@@ -173,11 +229,13 @@ def moe_experts_forward(
     backend: str = "auto",
     capacity: int | None = None,
     gmm: GroupedMM = grouped_mm,
+    combine: str = "auto",
 ) -> tuple[Tensor, Routing]:
     """The whole routed-expert path: out[t] = Σ_k weights[t,k] · SwiGLU_{idx[t,k]}(x[t]).
 
     permute → grouped SwiGLU (weights on the hidden activation) → unpermute and sum, or the same
-    fused per expert (`runs_fused`). Returns the combined output (T, D) and the routing (kept
+    fused per expert (`runs_fused`); `combine` is how the unfused path accumulates rows per token
+    (`combine_method`). Returns the combined output (T, D) and the routing (kept
     counts per expert, drops).
     """
     T, K = idx_TK.shape
@@ -192,8 +250,8 @@ def moe_experts_forward(
             out = fused_routed_experts(x_TD, tok_A, slot_weights(weights_TK, routing), routing.counts_E,
                                        w1_EFD, w3_EFD, w2_EDF)
         return out, routing
-    x_AD = permute(x_TD, routing, K)
+    x_AD = permute(x_TD, routing, K, combine)
     y_AD = expert_swiglu(
         x_AD, w1_EFD, w3_EFD, w2_EDF, routing.counts_E, backend, gmm, slot_weights(weights_TK, routing)
     )
-    return unpermute_sum(y_AD, routing, T, K), routing
+    return unpermute_sum(y_AD, routing, T, K, combine), routing

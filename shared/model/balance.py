@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from shared.kernels.histogram import expert_histogram
+
 
 def normalized_scores(scores_TE: Tensor) -> Tensor:
     """Scores as a distribution over experts (softmax scores already are; sigmoid ones are rescaled)."""
@@ -34,7 +36,7 @@ def seq_aux_loss(scores_BTE: Tensor, idx_BTK: Tensor, n_experts: int) -> Tensor:
 
 def switch_aux_loss(scores_TE: Tensor, idx_TK: Tensor, n_experts: int) -> Tensor:
     """Switch Transformer's balance loss E·Σ_i f_i P_i (α applied by the caller)."""
-    counts_E = torch.bincount(idx_TK.reshape(-1), minlength=n_experts).to(scores_TE.dtype)
+    counts_E = expert_histogram(idx_TK, n_experts).to(scores_TE.dtype)
     f_E = counts_E / idx_TK.numel()
     P_E = normalized_scores(scores_TE).mean(0)
     return n_experts * (f_E * P_E).sum()

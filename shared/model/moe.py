@@ -1,8 +1,10 @@
 """DeepSeek-V3-style MoE layer: shared experts + fine-grained routed experts, dropless by default.
 
 y = shared(x') + Σ_k w_k · expert_{i_k}(x'), with the bungee scalar on x' or on y (see `MoELayer`).
-The layer returns its output and a dict of router statistics; its aux losses (already scaled by
-their coefficients) are in `stats["aux_loss"]`, and the loads seen while training are summed into
+The layer returns its output and a dict of router statistics (all of them, or with `full_stats`
+off only the loads, entropy and drops the trainer reads every step); its aux losses (already
+scaled by their coefficients, and computed only when the coefficient is not 0 or full statistics
+report them) are in `stats["aux_loss"]`, and the loads seen while training are summed into
 `load_accum_E` for the aux-loss-free bias update applied by `update_bias()` after each optimizer
 step.
 """
@@ -15,11 +17,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from shared.kernels.histogram import expert_histogram
 from shared.model.balance import bias_update_, router_z_loss, seq_aux_loss, switch_aux_loss
 from shared.model.experts import RoutedExperts
 from shared.model.ffn import SwiGLU
-from shared.model.router import Router
-from shared.model.stats import router_stats
+from shared.model.router import Router, RouterOutput
+from shared.model.stats import router_stats, step_stats
 
 if TYPE_CHECKING:
     from shared.config.model import MoEConfig
@@ -50,6 +53,10 @@ class MoELayer(nn.Module):
         self.shared = SwiGLU(d_model, cfg.n_shared_experts * cfg.expert_hidden) if cfg.n_shared_experts else None
         self.bungee = nn.Parameter(torch.tensor(float(cfg.bungee.init))) if cfg.bungee.enabled else None
         self.register_buffer("load_accum_E", torch.zeros(cfg.n_routed_experts, dtype=torch.float32), persistent=False)
+        # Every statistic in every forward (True), or only what the trainer reads on every step (False:
+        # `shared.model.stats.step_stats`); a trainer sets it per step (`set_full_stats`), on for
+        # the steps it logs.
+        self.full_stats = True
 
     def capacity(self, n_tokens: int) -> int | None:
         """Per-expert capacity: ceil(capacity_factor · T·K / E), or None when dropless."""
@@ -70,20 +77,28 @@ class MoELayer(nn.Module):
         y_ND = routed_ND if self.shared is None else routed_ND + self.shared(x_ND)
         if self.bungee is not None and not scale_input:
             y_ND = y_ND * self.bungee.to(y_ND.dtype)
-        load_E = torch.bincount(r.idx_TK.reshape(-1), minlength=cfg.n_routed_experts)
+        E, bal = cfg.n_routed_experts, cfg.balance
+        load_E = expert_histogram(r.idx_TK, E)  # no host sync (shared.kernels.histogram)
         if self.training:
             self.load_accum_E += load_E.to(self.load_accum_E.dtype)
-        E, bal = cfg.n_routed_experts, cfg.balance
-        losses = {
-            "seq_aux_loss": seq_aux_loss(r.scores_TE.view(B, T, E), r.idx_TK.view(B, T, -1), E),
-            "switch_aux_loss": switch_aux_loss(r.scores_TE, r.idx_TK, E),
-            "z_loss": router_z_loss(r.logits_TE),
-        }
         coefs = {"seq_aux_loss": bal.seq_aux_alpha, "switch_aux_loss": bal.switch_aux_alpha, "z_loss": bal.z_loss_coef}
+        # a loss at coefficient 0 adds nothing: computed only when full statistics report its value
+        losses = {name: self._aux_loss(name, r, B, T) for name, c in coefs.items() if c > 0 or self.full_stats}
         aux = sum((losses[k] * c for k, c in coefs.items() if c > 0), torch.zeros((), device=x_BTD.device))
-        stats = router_stats(load_E, r.scores_TE, self.router.expert_bias_E, losses, routing.dropped)
+        if self.full_stats:
+            stats = router_stats(load_E, r.scores_TE, self.router.expert_bias_E, losses, routing.dropped)
+        else:
+            stats = step_stats(load_E, r.scores_TE, routing.dropped)
         stats["aux_loss"] = aux
         return y_ND.view(B, T, D), stats
+
+    def _aux_loss(self, name: str, r: RouterOutput, B: int, T: int) -> Tensor:
+        E = self.cfg.n_routed_experts
+        if name == "seq_aux_loss":
+            return seq_aux_loss(r.scores_TE.view(B, T, E), r.idx_TK.view(B, T, -1), E)
+        if name == "switch_aux_loss":
+            return switch_aux_loss(r.scores_TE, r.idx_TK, E)
+        return router_z_loss(r.logits_TE)
 
     @torch.no_grad()
     def update_bias(self, tokens: float | None = None) -> None:

@@ -41,6 +41,15 @@ def router_stats(load_E: Tensor, scores_TE: Tensor, bias_E: Tensor, losses: dict
     return stats
 
 
+def step_stats(load_E: Tensor, scores_TE: Tensor, dropped: Tensor) -> dict[str, Tensor]:
+    """What a trainer reads from every step's forward, logged or not: the loads (bias update, MaxVio
+    and dead experts of the whole batch), the router entropy (the health watch's collapse rule
+    counts consecutive steps) and the drops. The rest of `router_stats` is for logged steps."""
+    with torch.no_grad():
+        return {"tokens_per_expert": load_E.detach(), "router_entropy": router_entropy(scores_TE.detach()),
+                "dropped_tokens": dropped.detach()}
+
+
 def summarize(aux: dict) -> dict[str, float]:
     """Flatten `aux["layers"]` to {"layer3/max_vio": 0.12, ...} scalars for logging (this syncs)."""
     out: dict[str, float] = {"aux_loss": float(aux["aux_loss"].detach())}

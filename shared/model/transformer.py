@@ -95,6 +95,12 @@ class MoETransformer(nn.Module):
     def moe_layers(self) -> list[MoELayer]:
         return [b.ffn for b in self.layers if b.is_moe]
 
+    def set_full_stats(self, on: bool) -> None:
+        """Every router statistic in the next forwards (on), or only those a trainer reads on every
+        step (off; see `MoELayer.full_stats`): a trainer turns it on for the steps it logs."""
+        for layer in self.moe_layers():
+            layer.full_stats = on
+
     @torch.no_grad()
     def update_router_biases(self, tokens: float | None = None) -> None:
         """Aux-loss-free balancing step for every MoE layer, from loads accumulated since the last call
