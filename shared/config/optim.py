@@ -45,6 +45,12 @@ class OptimConfig(Section):
     ns_dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Newton–Schulz compute dtype; auto = bf16 on CUDA, fp32 on CPU (no hardware bf16 there)."
     )
+    adamw_impl: Literal["auto", "fused", "foreach"] = Field(
+        "auto",
+        description="AdamW kernels: fused (one kernel per dtype/device group for the whole update), foreach "
+        "(a few multi-tensor kernels per step), auto = fused on CUDA and for plain CPU tensors, foreach for "
+        "sharded (DTensor) parameters off CUDA.",
+    )
     adamw_patterns: list[str] = Field(
         default_factory=lambda: [r"embed", r"(^|\.)lm_head\.", r"norm", r"router", r"bias", r"bungee"],
         description="Regexes (re.search on parameter names) sent to AdamW; other >= 2-D tensors go to Muon.",

@@ -1,7 +1,8 @@
 """`build_optimizer`: Muon + AdamW from config rules, muP multipliers, schedule, stats, checkpoints.
 
 One object drives both optimizers so the trainer sees a single `step()`: it sets every group's
-LR to peak · schedule(step) · muP multiplier, optionally clips the global gradient norm (off by
+LR to peak · schedule(step) · muP multiplier (AdamW fused where the device has the kernel:
+`adamw_fused`), optionally clips the global gradient norm (off by
 default: the Kaiju-style recipe trains without clipping), steps Muon and AdamW, optionally rounds
 the weights stochastically to bf16 (bf16 master weights, `model.moe.precision.master_weights`),
 and returns per-group gradient norm and update RMS for logging. `state_dict()` carries both
@@ -58,6 +59,21 @@ def _numel(p: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float(_local(p).numel()))
 
 
+def adamw_fused(impl: str, params: Sequence[torch.Tensor]) -> bool:
+    """Whether AdamW runs its fused kernel (`optim.adamw_impl`).
+
+    Why fused: torch's foreach AdamW is about a dozen multi-tensor kernels per step, each a pass
+    over every parameter and state tensor; the fused one reads and writes each once. It is the same
+    update to float rounding (a few ulps: tests/shared/optim). `auto` fuses on CUDA and for plain
+    CPU tensors (torch 2.13 has the CPU kernel); sharded DTensor parameters off CUDA keep foreach,
+    the combination torch's fused path is tested with least."""
+    if impl not in ("auto", "fused", "foreach"):
+        raise ValueError(f"unknown AdamW implementation {impl!r}; use auto, fused or foreach")
+    if impl != "auto":
+        return impl == "fused"
+    return all(p.device.type == "cuda" or (p.device.type == "cpu" and not isinstance(p, DTensor)) for p in params)
+
+
 class MultiOptimizer:
     """Muon and AdamW over disjoint parameter groups, stepped together."""
 
@@ -84,8 +100,10 @@ class MultiOptimizer:
                 ns_steps=cfg.ns_steps, adjust_lr=cfg.muon_lr_adjust, ns_dtype=cfg.ns_dtype,
             )  # fmt: skip
         if adamw:
+            params = [p for g in adamw for p in g["params"]]
+            kernels = {"fused": True} if adamw_fused(cfg.adamw_impl, params) else {"foreach": True}
             self.optimizers["adamw"] = torch.optim.AdamW(
-                adamw, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay
+                adamw, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay, **kernels
             )
         self._set_lr()
 
@@ -187,4 +205,4 @@ def build_optimizer(
     return MultiOptimizer(groups, cfg, total_steps, master_weights, param_sum)
 
 
-__all__ = ["MultiOptimizer", "ParamSum", "build_optimizer", "dtensor_param_sum"]
+__all__ = ["MultiOptimizer", "ParamSum", "adamw_fused", "build_optimizer", "dtensor_param_sum"]
