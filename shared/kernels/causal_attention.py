@@ -54,6 +54,43 @@ def blocked_applies(q: Tensor, seq_len: int, v_width: int) -> bool:
     return setting == "blocked" or (v_width < q.shape[-1] and seq_len <= BLOCKED_MAX_T)
 
 
+# T mod 128 at which the cuDNN attention backend stays unused with unpadded values: a bf16 step at
+# T = 64 read memory it did not write (docs/gpu-checks.md), and a public cuDNN SDPA backward bug has
+# this shape class; at these lengths the values are padded and the flash kernel runs instead.
+CUDNN_SUSPECT_T_MOD_128 = 64
+
+
+@torch.compiler.assume_constant_result
+@functools.lru_cache(maxsize=64)
+def _sdpa_takes_unequal_widths(device: torch.device, dtype: torch.dtype, heads: int, seq_len: int, qk_width: int,
+                               v_width: int) -> bool:
+    """Whether a fused CUDA SDPA kernel (memory-efficient or cuDNN) accepts q/k `qk_width` wide with
+    values `v_width` wide at this shape; asked of torch once per shape (constant under compile)."""
+    from torch.backends.cuda import SDPAParams, can_use_cudnn_attention, can_use_efficient_attention
+
+    q = torch.empty(1, heads, seq_len, qk_width, device=device, dtype=dtype)
+    v = torch.empty(1, heads, seq_len, v_width, device=device, dtype=dtype)
+    params = SDPAParams(q, q, v, None, 0.0, True, False)
+    return bool(can_use_efficient_attention(params, False) or can_use_cudnn_attention(params, False))
+
+
+def sdpa_pads_values(q: Tensor, seq_len: int, v_width: int, heads: int | None = None) -> bool:
+    """Whether values narrower than the queries are zero-padded before SDPA.
+
+    Why: padding 128 → 192 (DeepSeek-V3's MLA widths) spends a third of P·V on zeros, so values go
+    unpadded wherever a fused kernel takes unequal widths. On CUDA that is the memory-efficient
+    and cuDNN kernels (asked of torch for the shape); flash needs equal widths, and at the cuDNN
+    suspect lengths (T ≡ 64 mod 128) the values are padded so flash runs. On CPU they are padded:
+    torch's CPU flash kernel needs equal widths and the math kernel that takes unequal ones
+    materialises the (T, T) scores (the blocked path above takes any width where it runs)."""
+    if v_width >= q.shape[-1]:
+        return False
+    if q.device.type != "cuda" or seq_len % 128 == CUDNN_SUSPECT_T_MOD_128:
+        return True
+    heads = heads or q.shape[1]  # q laid out (B, H, T, width) unless `heads` says otherwise
+    return not _sdpa_takes_unequal_widths(q.device, q.dtype, heads, seq_len, q.shape[-1], v_width)
+
+
 @functools.lru_cache(maxsize=64)
 def _diagonal_mask(rows: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     """(rows, rows) additive mask: −inf above the diagonal (a query may not see later keys)."""
@@ -111,8 +148,8 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None
     have fewer heads than q (grouped-query attention, a divisor of H). `scale` defaults to dk^-½.
 
     Equal to `F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)` to float
-    rounding; values narrower than the queries are zero-padded for SDPA's fused kernels and the
-    padding cut from the output."""
+    rounding; values narrower than the queries are zero-padded where SDPA's fused kernels need
+    equal widths (`sdpa_pads_values`) and the padding cut from the output."""
     if q.dim() != 4 or k.shape[:1] + k.shape[2:] != q.shape[:1] + q.shape[2:] or v.shape[:-1] != k.shape[:-1]:
         raise ValueError(f"causal_attention expects q, k (B, H, T, dk) and v (B, H, T, dv); got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -125,7 +162,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return _BlockedCausalAttention.apply(q, k, v, scale, BLOCK_ROWS)
     dv = v.shape[-1]
-    if dv < q.shape[-1]:
+    if sdpa_pads_values(q, q.shape[-2], dv):
         v = F.pad(v, (0, q.shape[-1] - dv))
     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
     return o[..., :dv]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from shared.kernels.causal_attention import blocked_applies, causal_attention
+from shared.kernels.causal_attention import blocked_applies, causal_attention, sdpa_pads_values
 from shared.kernels.cpu_gemm import Linear
 from shared.model.attention.cache import LayerCache, causal_mask, rope_at
 from shared.model.attention.mla_heads import mla_heads
@@ -93,9 +93,9 @@ class MultiHeadLatentAttention(nn.Module):
         q_BTHk = self.query_projection(x_BTD)
         c_kv, k_rope_BTr = self.latent_projection(x_BTD)
         kv_BTHm = self.wkv_b(c_kv).view(B, T, self.n_heads, self.nope + self.v_dim)
-        # values zero-padded to the query/key width where SDPA runs: its fused (flash) kernels need
-        # equal widths and otherwise fall back to the math path that materialises the (T, T) scores
-        pad_v = not blocked_applies(q_BTHk, T, self.v_dim)
+        # values zero-padded to the query/key width only where SDPA runs a kernel that needs equal
+        # widths (flash; `sdpa_pads_values`): CUDA's memory-efficient and cuDNN kernels take them unequal
+        pad_v = not blocked_applies(q_BTHk, T, self.v_dim) and sdpa_pads_values(q_BTHk, T, self.v_dim, self.n_heads)
         q, k, v = mla_heads(q_BTHk, kv_BTHm, k_rope_BTr, *self.rope.half_tables(T), self.nope, pad_v)
         o_BHTv = causal_attention(q, k, v, self.softmax_scale)[..., : self.v_dim]
         return self.wo(o_BHTv.transpose(1, 2).reshape(B, T, self.n_heads * self.v_dim))
