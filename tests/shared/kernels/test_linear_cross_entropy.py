@@ -79,10 +79,51 @@ def test_extreme_logits_stay_finite():
     torch.testing.assert_close(dh, ref_dh, rtol=1e-5, atol=1e-6)
 
 
-def test_non_fp32_inputs_take_the_plain_path():
+def _plain_low_precision(h, w, y):
+    return F.cross_entropy(F.linear(h, w).float(), y)
+
+
+@pytest.mark.parametrize("chunk_rows", [64, 150, 299, None])
+def test_bf16_inputs_run_blocked_with_the_plain_paths_loss_and_gradients(monkeypatch, chunk_rows):
+    import shared.kernels.linear_cross_entropy as lce
+
+    made = []
+    real_mm = torch.mm
+    monkeypatch.setattr(lce.torch, "mm", lambda a, b, **kw: made.append(a.shape[0]) or real_mm(a, b, **kw))
     h, w, y = _inputs(seed=6)
-    hb, wb = h.detach().bfloat16(), w.detach().bfloat16()
-    torch.testing.assert_close(linear_cross_entropy(hb, wb, y), F.cross_entropy(F.linear(hb, wb).float(), y))
+    hb, wb = h.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_()
+    ref = _plain_low_precision(hb, wb, y)
+    ref_dh, ref_dw = torch.autograd.grad(ref, (hb, wb))
+    made.clear()
+    loss = linear_cross_entropy(hb, wb, y, chunk_rows=chunk_rows)
+    dh, dw = torch.autograd.grad(loss, (hb, wb))
+    assert made and max(made) <= (chunk_rows or 300)  # no block of logits taller than asked
+    assert loss.dtype == torch.float32 and dh.dtype == dw.dtype == torch.bfloat16
+    torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)  # same bf16 logits, same fp32 softmax
+    torch.testing.assert_close(dh, ref_dh, atol=1e-4, rtol=2e-2)
+    torch.testing.assert_close(dw, ref_dw, atol=1e-4, rtol=2e-2)  # one bf16 rounding per block
+
+
+def test_fp32_inputs_under_autocast_run_the_low_precision_form_with_fp32_gradients():
+    h, w, y = _inputs(seed=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = _plain_low_precision(h, w, y)
+    ref_dh, ref_dw = torch.autograd.grad(ref, (h, w))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = linear_cross_entropy(h, w, y, chunk_rows=100)
+    dh, dw = torch.autograd.grad(loss, (h, w))
+    assert dh.dtype == dw.dtype == torch.float32
+    torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dh, ref_dh, atol=1e-4, rtol=2e-2)
+    torch.testing.assert_close(dw, ref_dw, atol=1e-4, rtol=2e-2)
+
+
+def test_low_precision_blocks_hold_at_most_a_gib_of_fp32_logits():
+    from shared.kernels.linear_cross_entropy import LOW_PRECISION_BLOCK_BYTES, low_precision_block_rows
+
+    assert low_precision_block_rows(131_072) == 2048
+    assert low_precision_block_rows(131_072) * 131_072 * 4 <= LOW_PRECISION_BLOCK_BYTES
+    assert low_precision_block_rows(10**9) == 64
 
 
 def test_bad_shapes_and_targets_are_refused():
