@@ -9,6 +9,11 @@ p = dy·x̂ once and takes both reductions from it (dg = Σ_rows p, and mean(dy�
 matrix-vector product), then dx = r · (dy·g − x̂ · mean(dy·g·x̂)) in place: six passes and two
 full-size temporaries, where the formula read term by term makes seven and four. The same
 function to float rounding (tests/shared/model).
+
+On CUDA, with input and gain in the same dtype, torch's own `rms_norm` runs instead: there it is
+one fused kernel each way (fp32 arithmetic inside for bf16), which this CPU-shaped decomposition
+cannot beat; it is the same function to float rounding (`rms_norm(..., impl="torch")`, tested on
+CPU). Mixed dtypes (a bf16 input with an fp32 gain) keep ours: torch's fused path refuses them.
 """
 
 from __future__ import annotations
@@ -41,8 +46,21 @@ class _RMSNormFunction(torch.autograd.Function):
         return dx, dw, None
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """x / sqrt(mean(x²) + eps) · weight over the last dimension, in fp32, returned in x's dtype."""
+IMPLS = ("auto", "ours", "torch")
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float, impl: str = "auto") -> Tensor:
+    """x / sqrt(mean(x²) + eps) · weight over the last dimension, in fp32, returned in x's dtype.
+
+    `impl`: `ours` (the autograd function above), `torch` (`torch.nn.functional.rms_norm`, its
+    arithmetic in fp32 for bf16/fp16 inputs), `auto` = torch's on CUDA when x and weight share a
+    dtype (its fused kernels), ours otherwise."""
+    if impl not in IMPLS:
+        raise ValueError(f"unknown RMSNorm implementation {impl!r}; choose one of {list(IMPLS)}")
+    if impl == "auto":
+        impl = "torch" if x.device.type == "cuda" and x.dtype == weight.dtype else "ours"
+    if impl == "torch":
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight.to(x.dtype), eps)
     return _RMSNormFunction.apply(x, weight, eps)
 
 

@@ -39,3 +39,33 @@ def test_rms_norm_keeps_bf16_activations_bf16_and_computes_in_fp32():
     torch.testing.assert_close(y.float(), _reference(x, norm.weight, 1e-6).float(), atol=1e-2, rtol=1e-2)
     y.float().sum().backward()
     assert x.grad.dtype == torch.bfloat16 and norm.weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_rms_norm_computes_what_ours_computes_values_and_gradients(dtype):
+    """The CUDA path (torch's fused `rms_norm`) checked on CPU against ours, same dtype for x and gain."""
+    from shared.model.norm import rms_norm
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 17, 96, generator=g).to(dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(96, generator=g)).to(dtype).requires_grad_()
+    results = []
+    for impl in ("ours", "torch"):
+        y = rms_norm(x, w, 1e-6, impl=impl)
+        upstream = torch.randn(y.shape, generator=torch.Generator().manual_seed(2)).to(dtype)
+        results.append((y, *torch.autograd.grad(y, (x, w), upstream)))
+    tol = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}[dtype]
+    for ours, theirs in zip(*results, strict=True):
+        assert ours.dtype == theirs.dtype == dtype
+        torch.testing.assert_close(theirs, ours, **tol)
+
+
+def test_auto_takes_torch_rms_norm_only_on_cuda_with_matching_dtypes(monkeypatch):
+    from shared.model import norm
+
+    calls = []
+    monkeypatch.setattr(norm.torch.nn.functional, "rms_norm", lambda *a: calls.append(a) or a[0])
+    norm.rms_norm(torch.ones(2, 4), torch.ones(4), 1e-6)
+    assert not calls  # CPU: ours
+    with pytest.raises(ValueError, match="unknown RMSNorm implementation"):
+        norm.rms_norm(torch.ones(2, 4), torch.ones(4), 1e-6, impl="apex")
