@@ -35,7 +35,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -116,7 +115,6 @@ def main() -> None:
     if args.only_code:
         held = {g: docs for g, docs in held.items() if g.startswith("code")}
         pool = [d for d in pool if d["kind"] == "code"]
-    t0 = time.perf_counter()
     out = Path(cfg.scorer.out_dir)
     if not (out / "labels.parquet").exists():
         pipeline.label_stage(cfg, docs=pool)
@@ -124,7 +122,6 @@ def main() -> None:
                                                                               "judge_layer": cfg.scorer.judge_layer}
     calib = None if args.heads_only else pipeline.calibrate_stage(cfg, docs=pool)
     modes = ("probe", "judge") if args.heads_only else ("probe", "judge", "cascade")
-    build_s = time.perf_counter() - t0
     scorer = CascadeScorer.load(cfg.scorer.out_dir, cfg.scorer)
     oracle = make_oracle(cfg.scorer.oracle)
 
@@ -177,7 +174,7 @@ def main() -> None:
         "read_fraction_mean": float(np.mean(read)),
         "held_out_spearman": {n: r["spearman_quality"] for n, r in calib["rubrics"].items()} if calib else None,
         "flops_saved_calibrate": calib["compute"]["flops_saved"] if calib else None,
-        "layers": [train["probe_layer"], train["judge_layer"]], "build_seconds": build_s,
+        "layers": [train["probe_layer"], train["judge_layer"]],
         "config": _repo_relative(args.config), "overrides": overrides, "oracle": "heuristic (stand-in)", "quick": args.quick,
         "only_code": args.only_code, "heads_only": args.heads_only,
         "machine": machine_report(),  # its counts reproduce across machines, its seconds do not
