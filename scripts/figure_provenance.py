@@ -22,7 +22,8 @@ Honest exceptions are written in the doc, where a reader sees them, never in thi
 paragraph (text between blank lines; a table is one paragraph) may carry:
 
 - `(stale: <result file> ran on <commit>)`: its figures from that file stand although the code
-  moved on; `<commit>` must be the commit that last wrote the file;
+  moved on; `<commit>` must be the commit that last wrote the file. A folder (`<path>/`) stands for
+  each file under it that `<commit>` last wrote, for a table drawn from a set of rounds run together;
 - `(code not checkable: tree <id>)`: figures of a run whose code is not in this repository (the
   GPU runs made from an uncommitted tree); accepted for files under a folder that names the tree;
 - `(source: <what>)`: figures that are not measurements of this code (a paper's constant, a
@@ -59,7 +60,6 @@ NOT_CHECKED = {"docs/LOG.md": "a dated record", "docs/benchmarks.md": "generated
 # Guides whose figures are not tied yet: each run prints them with how many of their figures fail,
 # and a guide leaves this list once it passes.
 PENDING = {
-    "docs/moe.md": "many figures from lab-log runs with no result file, and stale CPU results unmarked",
     "docs/scorer.md": "L_probe sweep times and ensemble figures from lab-log runs; stale scorer results unmarked",
     "docs/data_filter.md": "stale filter results unmarked; rates from lab-log runs",
 }
@@ -291,6 +291,11 @@ def check_transcripts(rel: str, text: str, root: Path, report: Report) -> None:
                 report.failures.append(f"{rel}:{i}: this transcript line is not in {named[0]}: {quoted.strip()[:80]}")
 
 
+def _names(marked: str, path: str) -> bool:
+    """Whether a stale marker's path names the source file: the file itself, or a folder above it."""
+    return path.startswith(marked) if marked.endswith("/") else path.endswith(marked)
+
+
 def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> None:
     text = (root / rel).read_text(encoding="utf-8")
     check_transcripts(rel, text, root, report)
@@ -303,7 +308,7 @@ def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> No
             hits = [s for s in sources if found_in(fig, s)]
             if any(not _is_gpu(s) and not s.stale_since for s in hits):
                 continue
-            if any(s.commit and s.path.endswith(f) and (c.startswith(s.commit) or s.commit.startswith(c))
+            if any(s.commit and _names(f, s.path) and (c.startswith(s.commit) or s.commit.startswith(c))
                    for s in hits for f, c in stale_marks):
                 report.stale_marked += 1
                 continue

@@ -72,6 +72,25 @@ def test_a_result_file_older_than_the_code_it_measures_fails_until_the_paragraph
     assert len(wrong_commit.failures) == 1
 
 
+def test_a_stale_folder_marker_covers_the_files_its_commit_wrote_and_no_other(repo):
+    rounds = repo / "benchmarks" / "results" / "moe_layer"
+    rounds.mkdir()
+    (rounds / "round1.json").write_text(json.dumps({"maxvio": 2.7129}))
+    (rounds / "round2.json").write_text(json.dumps({"maxvio": 0.5112}))
+    (repo / "benchmarks" / "results" / "moe_layer.other.json").write_text(json.dumps({"x": 9.4321}))
+    wrote = _commit(repo, "rounds, and a file beside their folder", when=1_500)
+    (repo / "shared" / "model" / "moe.py").write_text("x = 2\n")
+    _commit(repo, "code moves on", when=2_000)
+    table = "| arm | MaxVio |\n|---|---:|\n| a | 2.71 |\n| b | 0.51 |\n"
+    assert len(_check(repo, table).failures) == 2
+    marked = _check(repo, f"Rounds (stale: benchmarks/results/moe_layer/ ran on {wrote}):\n" + table)
+    assert marked.failures == [] and marked.stale_marked == 2
+    elsewhere = _check(repo, f"Rounds (stale: benchmarks/results/moe_layer/ ran on {wrote}): 9.43.\n")
+    assert len(elsewhere.failures) == 1, "a folder marker must not cover a file outside the folder"
+    wrong = _check(repo, "Rounds (stale: benchmarks/results/moe_layer/ ran on abcdef1):\n" + table)
+    assert len(wrong.failures) == 2
+
+
 def test_a_gpu_figure_needs_the_tree_it_ran_on_marked_as_not_checkable(repo):
     run = repo / "benchmarks" / "results" / "gpu" / "h200"
     run.mkdir(parents=True)
