@@ -60,8 +60,6 @@ NOT_CHECKED = {"docs/LOG.md": "a dated record", "docs/benchmarks.md": "generated
 # Guides whose figures are not tied yet: each run prints them with how many of their figures fail,
 # and a guide leaves this list once it passes.
 PENDING = {
-    "docs/scorer.md": "L_probe sweep times and ensemble figures from lab-log runs; stale scorer results unmarked",
-    "docs/data_filter.md": "stale filter results unmarked; rates from lab-log runs",
 }
 
 
