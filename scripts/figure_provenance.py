@@ -34,8 +34,7 @@ A console transcript is tied to the file a command wrote by naming it after the 
 that file (`moelab demo` writes `runs/demo-transcript.txt`; commit a copy). Fenced blocks that name
 no file are not checked; the run prints how many such console blocks there are.
 
-    python scripts/figure_provenance.py            # check README and the guides; exit 1 on a failure
-    python scripts/figure_provenance.py --pending  # also list the failures of the guides still in PENDING
+    python scripts/figure_provenance.py            # check README and every guide; exit 1 on a failure
 
 `tests/scripts/test_figure_provenance.py` runs it in `make test`.
 """
@@ -57,18 +56,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # Docs not checked, for good: the lab log is a dated record of what each run printed, and the
 # benchmarks page is generated from the result files (tests/scripts/test_benchmarks_page.py checks it).
 NOT_CHECKED = {"docs/LOG.md": "a dated record", "docs/benchmarks.md": "generated from the result files"}
-# Guides whose figures are not tied yet: each run prints them with how many of their figures fail,
-# and a guide leaves this list once it passes.
-PENDING = {
-}
 
 
 def checked_docs(root: Path) -> tuple[str, ...]:
-    """README, every guide in docs/ and the GPU runs' README, but the ones above. The reports under
-    docs/hparam/ are written by the sweep commands, so they are sources, not prose to check."""
+    """README, every guide in docs/ and the GPU runs' README, but the two above: no guide is exempt.
+    The reports under docs/hparam/ are written by the sweep commands, so they are sources, not prose."""
     docs = ["README.md", *(p.relative_to(root).as_posix() for p in sorted((root / "docs").glob("*.md"))),
             "docs/gpu/README.md"]
-    return tuple(d for d in docs if (root / d).is_file() and d not in NOT_CHECKED and d not in PENDING)
+    return tuple(d for d in docs if (root / d).is_file() and d not in NOT_CHECKED)
 # Files a figure may come from (globs under the repository root).
 SOURCES = ("benchmarks/results/**/*.json", "docs/gpu/**/*.json", "docs/gpu/**/*.jsonl", "docs/gpu/**/*.log",
            "docs/gpu/**/*.txt", "docs/hparam/**/*.json", "docs/hparam/**/*.txt", "docs/hparam/**/*.md",
@@ -344,8 +339,7 @@ def run(root: Path = ROOT, docs: tuple[str, ...] | None = None) -> Report:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pending", action="store_true", help="also print the failures of the guides in PENDING")
-    args = ap.parse_args(argv)
+    ap.parse_args(argv)
     docs = checked_docs(ROOT)
     report = run(docs=docs)
     for failure in report.failures:
@@ -354,12 +348,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(report.failures)} unproduced or stale; accepted as marked: {report.stale_marked} stale, "
           f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source; "
           f"{report.untied_transcripts} console block(s) tied to no transcript file")
-    for doc, why in PENDING.items():
-        pending = run(docs=(doc,))
-        print(f"not yet checked: {doc}: {len(pending.failures)} of {pending.checked} figures fail ({why})")
-        if args.pending:
-            for failure in pending.failures:
-                print("  " + failure)
     return 1 if report.failures else 0
 
 
