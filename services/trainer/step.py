@@ -42,6 +42,8 @@ class MicroBatches:
 def forward_backward(w: Worker, step: int) -> MicroBatches:
     tc, device = w.cfg.train, w.ctx.device
     loss_sum, aux_sum, tally = 0.0, 0.0, RouterTally()
+    # full router statistics only where the loop logs them (its cadence), the loads every step
+    w.model.set_full_stats(step % tc.log_every == 0 or step == tc.steps - 1)
     for _ in range(tc.grad_accum):
         batch = next(w.loader)
         with w.autocast:
