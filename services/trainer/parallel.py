@@ -77,12 +77,36 @@ def apply_block_options(model: nn.Module, tc: TrainConfig) -> nn.Module:
     if tc.activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+        extra = {"context_fn": selective_checkpoint_context} if tc.activation_checkpointing_policy == "selective" else {}
         for i, block in enumerate(model.layers):
-            model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=True)
+            model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=True, **extra)
     if tc.compile:
         for block in model.layers:
             block.compile()
     return model
+
+
+def _saved_ops() -> frozenset:
+    """The operators whose outputs selective checkpointing keeps: the GEMMs (plain, batched,
+    grouped) and the attention kernels — the expensive part of a block's forward. Everything
+    between them (norms, activations, routing, copies) is recomputed (torchtitan's op-level policy)."""
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "bmm", "baddbmm", "_grouped_mm", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+             "_scaled_dot_product_flash_attention_for_cpu", "_scaled_mm")
+    return frozenset(getattr(aten, n).default for n in names if hasattr(aten, n))
+
+
+def selective_checkpoint_context():
+    """The `context_fn` of selective activation checkpointing (`torch.utils.checkpoint`)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    saved = _saved_ops()
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def expert_params(model: nn.Module) -> list[nn.Parameter]:

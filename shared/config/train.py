@@ -69,6 +69,12 @@ class TrainConfig(Section):
     activation_checkpointing: bool = Field(
         False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute)."
     )
+    activation_checkpointing_policy: Literal["full", "selective"] = Field(
+        "full",
+        description="With activation_checkpointing: full recomputes each block's whole forward; selective keeps the "
+        "outputs of its GEMMs and attention calls and recomputes only the cheap ops between them (more memory, "
+        "about a third less recompute time).",
+    )
     out_dir: str = Field("runs", description="Directory under which each run writes its config, checkpoints and logs.")
     run_name: str | None = Field(None, description="Run directory name under out_dir; None = the experiment name.")
     tags: list[str] = Field(
