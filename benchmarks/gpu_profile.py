@@ -217,10 +217,6 @@ def profile_steps(forward: Callable[[], object], backward: Callable[[object], No
                   steps: int, trace_path: str | Path, model=None, warmup: int = 1) -> dict:
     """Run `warmup` then `steps` training steps under `torch.profiler` (CPU and, where present, CUDA
     activity), each phase in its range; write the Chrome trace to `trace_path`; return `summarize`."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    handles = annotate_blocks(model) if model is not None else []
 
     def one_step():
         with _range("forward"):
@@ -230,6 +226,17 @@ def profile_steps(forward: Callable[[], object], backward: Callable[[object], No
         with _range("optimizer"):
             optimizer_step()
 
+    return profile_step_fn(one_step, steps, trace_path, model, warmup)
+
+
+def profile_step_fn(one_step: Callable[[], object], steps: int, trace_path: str | Path, model=None,
+                    warmup: int = 1) -> dict:
+    """`profile_steps` for a step function that marks its own `forward`/`backward`/`optimizer`
+    ranges (benchmarks/train_step.py's `make_step` does)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    handles = annotate_blocks(model) if model is not None else []
     try:
         for _ in range(warmup):
             one_step()

@@ -180,25 +180,32 @@ def plain_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def make_step(model: nn.Module, forward: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
-              after_step: Callable[[], None] | None = None) -> Callable[[torch.Tensor], float]:
+              after_step: Callable[[], None] | None = None, fused: bool | None = None) -> Callable[[torch.Tensor], float]:
     """One training step: next-token CE (+ the model's aux loss), backward, AdamW step.
 
     `forward(inputs, targets)` returns (mean next-token CE, aux loss or None): the peers compute the
-    CE from their logits with `F.cross_entropy`; ours computes it as its trainer does.
+    CE from their logits with `F.cross_entropy`; ours computes it as its trainer does. `fused`:
+    AdamW's fused kernel (None: torch's default, foreach). The three phases run in
+    `record_function` ranges (`forward`, `backward`, `optimizer`) that a profiler attributes.
     """
+    from torch.autograd.profiler import record_function
+
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
 
     def step(tokens_BT1: torch.Tensor) -> float:
         inputs, targets = tokens_BT1[:, :-1], tokens_BT1[:, 1:]
-        loss, aux = forward(inputs, targets)
-        if aux is not None:
-            loss = loss + aux
+        with record_function("forward"):
+            loss, aux = forward(inputs, targets)
+            if aux is not None:
+                loss = loss + aux
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if after_step is not None:
-            after_step()
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+            if after_step is not None:
+                after_step()
         return loss.item()
 
     return step

@@ -14,9 +14,12 @@
 #   gpu_tests    pytest -m gpu: kernels, model, precision (native fp8 vs emulation), plan vs measured  120
 #   doctor       moelab doctor --json: versions, measured bf16 matmul and copy peaks (stored for MFU)     45
 #   moe_layer    benchmarks/moe_layer.py --gpu: one MoE layer at the proxy-7b2a shape, per backend         60
-#   train_step   benchmarks/gpu_train_step.py: 1.6B proxy of 7B2A in bf16, ours vs HF DeepseekV3 + MFU   120
+#   train_step   benchmarks/gpu_train_step.py: 1.6B representative proxy of 7B2A (head 15% of FLOPs),  120
+#                ours vs HF DeepseekV3, fused AdamW, learned and forced-balanced routing, MFU, profile
 #   fp8          benchmarks/gpu_fp8.py: native fp8 vs bf16 tokens/s and loss difference over 50 steps     105
 #   backbone     benchmarks/gpu_backbone.py: the scorer's backbone in bf16 vs fp32                          45
+#   trainer      scripts/gpu/trainer_run.py: `moelab train --no-ray` on proxy-7b2a-h100 for 6 steps: loss,  150
+#                tokens/s, MFU, MaxVio, peak memory vs `moelab plan` (the trainer, not a benchmark model)
 # STEPS="gpu_tests fp8" runs only those steps (a rerun of what failed).
 # ($OUT/summary.json lists every step's exit status and seconds.) The exit status is non-zero if any
 # step failed; on a CPU machine the script still runs end to end (tests skip, benchmarks say they
@@ -68,9 +71,10 @@ step gpu_tests 120 "$PY" -m pytest -m gpu -p no:cacheprovider -o addopts=-ra -q 
     tests/shared/precision tests/shared/plan tests/benchmarks/test_gpu_common.py
 step doctor 45 "$PY" -m moelab.cli doctor --json
 step moe_layer 60 "$PY" benchmarks/moe_layer.py --gpu --repeats 10
-step train_step 120 "$PY" benchmarks/gpu_train_step.py --out "$OUT/train_step.json"
+step train_step 120 "$PY" benchmarks/gpu_train_step.py --profile "$OUT/profile" --out "$OUT/train_step.json"
 step fp8 105 "$PY" benchmarks/gpu_fp8.py --out "$OUT/fp8.json"
 step backbone 45 "$PY" benchmarks/gpu_backbone.py --out "$OUT/backbone.json"
+step trainer 150 "$PY" scripts/gpu/trainer_run.py --out "$OUT/trainer.json"
 "$PY" -c "import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; json.dump({'steps': rows,
 'failed': [r['step'] for r in rows if r['exit']]}, open(sys.argv[2], 'w'), indent=1)" "$summary" "$OUT/summary.json"
 cat "$OUT/summary.json"

@@ -102,3 +102,38 @@ def test_a_real_cpu_trace_of_a_tiny_training_step(tmp_path):
     # the model's attention on CPU at these widths: the blocked kernel or SDPA, whichever ran is counted
     assert all(v > 0 for v in s["sdpa_calls_per_step"].values())
     assert (tmp_path / "t.json").exists()
+
+
+def test_forced_balanced_routing_gives_every_expert_the_same_load_and_undoes():
+    from benchmarks.gpu_train_step import REPRESENTATIVE, balanced_indices, force_balanced_routing
+    from shared.config import load_config
+    from shared.model import MoETransformer
+
+    idx = balanced_indices(12, 2, 8, torch.device("cpu"))
+    assert torch.equal(torch.bincount(idx.reshape(-1), minlength=8), torch.full((8,), 3))
+    assert all(len(set(row.tolist())) == 2 for row in idx)
+    cfg = load_config("configs/tiny.yaml", ["model.n_layers=2", "model.vocab_size=256"]).model
+    model = MoETransformer(cfg)
+    tokens = torch.randint(0, 256, (2, 16))
+    assert force_balanced_routing(model) == 1
+    _, aux = model(tokens)
+    load = aux["layers"][1]["tokens_per_expert"]
+    assert int(load.max() - load.min()) == 0
+    force_balanced_routing(model, on=False)
+    _, aux = model(tokens)
+    assert int(aux["layers"][1]["tokens_per_expert"].max() - aux["layers"][1]["tokens_per_expert"].min()) > 0
+    assert REPRESENTATIVE["vocab"] == 32768 and REPRESENTATIVE["layers"] == 6
+
+
+def test_the_representative_proxys_head_is_at_most_a_fifth_of_its_flops_and_it_is_1_to_3b():
+    from benchmarks.gpu_train_step import PROXY, REPRESENTATIVE, recipe_plan_gib
+    from benchmarks.train_step import Shape
+    from shared.model import count_params, flops_per_token
+
+    for shape, head_ok in ((REPRESENTATIVE, True), (PROXY, False)):
+        s = Shape(**shape)
+        _, cfg = recipe_plan_gib(s)
+        counts = count_params(cfg.model)
+        head = 6 * s.d_model * s.vocab / flops_per_token(cfg.model, s.seq, counts)
+        assert (head <= 0.20) is head_ok, head
+        assert 1e9 <= counts.total <= 3e9

@@ -15,15 +15,15 @@ import torch
 from tests.benchmark_run import run_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "backbone"]
+STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "backbone", "trainer"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU behaviour; on a GPU run the script itself")
 def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_cannot_run_on_cpu(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "DOCTOR_TIMEOUT": "300",
-           "GPU_TESTS_TIMEOUT": "400"}
+           "GPU_TESTS_TIMEOUT": "400", "TRAINER_TIMEOUT": "600"}
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_checks.sh")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the benchmarks need CUDA
     assert "no CUDA device" in (tmp_path / "env.txt").read_text()
     assert (tmp_path / "commit.txt").read_text().startswith("tree ")
@@ -41,6 +41,10 @@ def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_canno
     for name in ("train_step", "fp8", "backbone"):
         assert "--device cuda needs a CUDA device" in (tmp_path / f"{name}.log").read_text()
         assert not (tmp_path / f"{name}.json").exists()
+    trainer = json.loads((tmp_path / "trainer.json").read_text())  # the real trainer, tiny on CPU
+    assert trainer["config"] == "configs/tiny.yaml" and trainer["steps"] == 3
+    assert trainer["tokens_per_s"] > 0 and trainer["plan_gib"] > 0 and trainer["loss_last"] is not None
+    assert trainer["commit"] == (tmp_path / "commit.txt").read_text().split()[1]
 
 
 def test_gpu_checks_records_the_commit_it_was_given_not_what_the_copy_s_git_says(tmp_path):
@@ -53,9 +57,15 @@ def test_gpu_checks_records_the_commit_it_was_given_not_what_the_copy_s_git_says
 
 
 @pytest.mark.slow
-def test_gpu_train_step_benchmark_compares_ours_with_hf_deepseek_and_counts_mfu_once():
-    r = run_benchmark("gpu_train_step.py", "--device", "cpu", "--quick")
+def test_gpu_train_step_benchmark_compares_ours_with_hf_deepseek_and_counts_mfu_once(tmp_path):
+    r = run_benchmark("gpu_train_step.py", "--device", "cpu", "--quick", "--hf-impls", "grouped_mm,eager",
+                      "--profile", str(tmp_path / "profile"))
     assert set(r["tokens_per_s"]) == {"ours", "ours[recipe]", "hf[grouped_mm]", "hf[eager]"}
+    assert set(r["tokens_per_s_by_routing"]) == {"learned", "forced"} and r["tokens_per_s"] == r["tokens_per_s_by_routing"]["learned"]
+    assert set(r["ratio_by_routing"]["forced"]) == {"ours", "ours[recipe]"}
+    assert {"forward", "backward", "optimizer"} <= set(r["profile"]["ranges_ms"])
+    assert (tmp_path / "profile" / "profile_ours_recipe.md").exists()
+    assert (tmp_path / "profile" / "trace_ours_recipe.json.gz").exists()
     assert r["ratio"] == pytest.approx(r["tokens_per_s"]["ours"] / r["tokens_per_s"][r["hf_fastest"]])
     counts = r["params"]
     assert abs(counts["ours"] - counts["hf[grouped_mm]"]) <= 0.01 * counts["ours"]
