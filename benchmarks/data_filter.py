@@ -95,7 +95,9 @@ def ours_filters():
     from services.data_filter.filters.repetition import RepetitionFilter
     from shared.config.filters import C4Config, FineWebConfig, GopherQualityConfig, RepetitionConfig
 
-    c4 = C4Filter(C4Config())  # the paper's reading, datatrove's C4QualityFilter default too
+    # the paper's reading, datatrove's C4QualityFilter default too; datatrove has no bound on how much of a
+    # document the line rules may edit, so ours is lifted (max_edit_loss 1) to compare the same rules
+    c4 = C4Filter(C4Config(max_edit_loss=1.0))
     return [RepetitionFilter(RepetitionConfig()), GopherQualityFilter(GopherQualityConfig()), c4, FineWebFilter(FineWebConfig())]
 
 
