@@ -25,6 +25,7 @@ from services.trainer.health import RouterHealthMonitor
 from services.trainer.metrics import MetricsFile, Throughput
 from services.trainer.parallel import apply_block_options, global_param_sum, parallelize
 from shared import tracking
+from shared.checkpoint import load_trained_model
 from shared.config import ExperimentConfig, save_resolved
 from shared.hardware import measured_peak_flops
 from shared.model import MoETransformer, ParamCounts, count_params, flops_per_token
@@ -79,6 +80,23 @@ class Worker:
                 "optim_step": self.optimizer.step_count}
 
 
+def load_initial_weights(model: MoETransformer, path: str) -> Path:
+    """Copy the weights of the checkpoint at `path` (`train.init_from`) into the freshly built `model`,
+    bit for bit, router biases included; returns the checkpoint folder.
+
+    Only the model is taken: optimizer moments, schedule position and data position start afresh,
+    which is what continued pretraining from an imported or exported model needs (an import has no
+    optimizer state). Done before parallelize, on every rank alike, so sharding slices these weights
+    as it would the random init. The global RNG state is kept, so the data order and dropout of a run
+    started this way follow `train.seed` as any other run's do."""
+    rng = torch.get_rng_state()
+    trained = load_trained_model(path)
+    torch.set_rng_state(rng)
+    model.load_state_dict(trained.model.state_dict())
+    log.info("train.init_from: weights of %s (step %d)", trained.checkpoint, trained.step)
+    return trained.checkpoint
+
+
 def set_up(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool) -> Worker:
     """Build rank `ctx.rank`'s model, optimizer, loaders and tracker run; restore the latest
     checkpoint when `resume` (a warning, and step 0, when there is none)."""
@@ -91,6 +109,8 @@ def set_up(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool) -> Worker:
     torch.use_deterministic_algorithms(ctx.device.type == "cpu", warn_only=True)
 
     model = MoETransformer(cfg.model).to(ctx.device)
+    if tc.init_from is not None:  # a resumed checkpoint, loaded below, replaces these weights again
+        load_initial_weights(model, tc.init_from)
     counts = count_params(cfg.model)
     model = apply_block_options(model, tc)
     model = parallelize(model, tc, ctx.rank, ctx.world_size)

@@ -187,6 +187,17 @@ def _load_tensors(ckpt: Path, state: dict[str, torch.Tensor]) -> None:
                               "the checkpoint is truncated or corrupt, use another step_* folder") from None
 
 
+def inspect_checkpoint(path: str | os.PathLike) -> tuple[Path, ExperimentConfig]:
+    """The checkpoint folder `path` names and its run's config, with its DCP index read but no tensor.
+
+    What a config check can afford to verify before any work: that a checkpoint is there, complete,
+    indexed, and which model config wrote it. A `CheckpointError` names the file otherwise."""
+    ckpt = resolve_checkpoint(path)
+    cfg = _read_config(ckpt.parent.parent)
+    _read_metadata(ckpt)
+    return ckpt, cfg
+
+
 @torch.no_grad()
 def route_with_live_bias(model: MoETransformer) -> None:
     """Copy every router's live bias into the average's slot, which eval mode selects with here."""

@@ -77,6 +77,13 @@ class TrainConfig(Section):
     )
     out_dir: str = Field("runs", description="Directory under which each run writes its config, checkpoints and logs.")
     run_name: str | None = Field(None, description="Run directory name under out_dir; None = the experiment name.")
+    init_from: str | None = Field(
+        None,
+        description="A run folder (its newest checkpoint) or a checkpoints/step_* folder whose weights a new run "
+        "starts from, at step 0 with a fresh optimizer and schedule (e.g. the output of `moelab import`); its "
+        "config.yaml's model section must equal `model`. None = random init. --resume from this run's own "
+        "checkpoint takes precedence.",
+    )
     tags: list[str] = Field(
         default_factory=list, max_length=32,
         description="Tracker tags added after the fixed ones (train, the FFN kind), e.g. an ablation's arm:<name>; "

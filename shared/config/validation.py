@@ -35,7 +35,7 @@ class Finding:
 
 def check_config(cfg: ExperimentConfig) -> list[Finding]:
     """Every problem found in `cfg` and the files it names, errors and warnings alike."""
-    return [*_check_shapes(cfg), *_check_inputs(cfg), *_check_rates(cfg), *_check_tokenizer(cfg)]
+    return [*_check_shapes(cfg), *_check_inputs(cfg), *_check_rates(cfg), *_check_tokenizer(cfg), *_check_init_from(cfg)]
 
 
 def _check_shapes(cfg: ExperimentConfig) -> list[Finding]:
@@ -48,6 +48,36 @@ def _check_shapes(cfg: ExperimentConfig) -> list[Finding]:
         out.append(Finding("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the tokenizer to be trained "
                            f"(mixture.tokenizer.vocab_size={tok.vocab_size}); token ids would overflow the embedding"))
     return out
+
+
+def _check_init_from(cfg: ExperimentConfig) -> list[Finding]:
+    """`train.init_from` must name a loadable checkpoint written with this very `model` section: its
+    weights are copied in whole, so another shape cannot load and another routing or scaling
+    setting would train a different function than the one that was saved."""
+    if cfg.train.init_from is None:
+        return []
+    from shared.checkpoint import CheckpointError, inspect_checkpoint  # imports torch: only when asked
+
+    try:
+        ckpt, source = inspect_checkpoint(cfg.train.init_from)
+    except CheckpointError as exc:
+        return [Finding("train.init_from", f"no loadable checkpoint: {exc}")]
+    diffs = _differences(source.model.model_dump(mode="json"), cfg.model.model_dump(mode="json"))
+    if not diffs:
+        return []
+    shown = "; ".join(f"model.{k}: {a!r} there vs {b!r} here" for k, a, b in diffs[:6])
+    more = f" (and {len(diffs) - 6} more)" if len(diffs) > 6 else ""
+    return [Finding("train.init_from", f"{ckpt} was written with another model config "
+                    f"({ckpt.parent.parent / 'config.yaml'}) than this config's `model`: {shown}{more}; "
+                    "set `model` to that run's model section or start from another checkpoint")]
+
+
+def _differences(a: object, b: object, prefix: str = "") -> list[tuple[str, object, object]]:
+    """Dotted paths where two dumped configs differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in _differences(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))]
+    return [] if a == b else [(prefix, a, b)]
 
 
 def _check_inputs(cfg: ExperimentConfig) -> list[Finding]:
