@@ -20,6 +20,8 @@
 #   backbone     benchmarks/gpu_backbone.py: the scorer's backbone in bf16 vs fp32                          45
 #   trainer      scripts/gpu/trainer_run.py: `moelab train --no-ray` on proxy-7b2a-h100 for 6 steps: loss,  150
 #                tokens/s, MFU, MaxVio, peak memory vs `moelab plan` (the trainer, not a benchmark model)
+#   export       scripts/gpu/export_run.py: a small proxy-7b2a-h100 checkpoint made on the device (no     60
+#                training), `moelab export` with its round-trip check, `moelab import` back bitwise
 # STEPS="gpu_tests fp8" runs only those steps (a rerun of what failed).
 # ($OUT/summary.json lists every step's exit status and seconds.) The exit status is non-zero if any
 # step failed; on a CPU machine the script still runs end to end (tests skip, benchmarks say they
@@ -75,6 +77,7 @@ step train_step 120 "$PY" benchmarks/gpu_train_step.py --profile "$OUT/profile" 
 step fp8 105 "$PY" benchmarks/gpu_fp8.py --out "$OUT/fp8.json"
 step backbone 45 "$PY" benchmarks/gpu_backbone.py --out "$OUT/backbone.json"
 step trainer 150 "$PY" scripts/gpu/trainer_run.py --out "$OUT/trainer.json"
+step export 60 "$PY" scripts/gpu/export_run.py --out "$OUT/export.json"
 "$PY" -c "import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; json.dump({'steps': rows,
 'failed': [r['step'] for r in rows if r['exit']]}, open(sys.argv[2], 'w'), indent=1)" "$summary" "$OUT/summary.json"
 cat "$OUT/summary.json"

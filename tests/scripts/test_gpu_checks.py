@@ -15,13 +15,14 @@ import torch
 from tests.benchmark_run import run_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "backbone", "trainer"]
+STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "backbone", "trainer", "export"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU behaviour; on a GPU run the script itself")
 def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_cannot_run_on_cpu(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "DOCTOR_TIMEOUT": "300",
-           "GPU_TESTS_TIMEOUT": "400", "TRAINER_TIMEOUT": "600"}
+           "GPU_TESTS_TIMEOUT": "400", "TRAINER_TIMEOUT": "600",
+           "EXPORT_TIMEOUT": "400"}
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_checks.sh")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the benchmarks need CUDA
@@ -45,6 +46,11 @@ def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_canno
     assert trainer["config"] == "configs/tiny.yaml" and trainer["steps"] == 3
     assert trainer["tokens_per_s"] > 0 and trainer["plan_gib"] > 0 and trainer["loss_last"] is not None
     assert trainer["commit"] == (tmp_path / "commit.txt").read_text().split()[1]
+    export = json.loads((tmp_path / "export.json").read_text())  # the GPU proxy's layer kinds, made on the CPU
+    assert export["config"] == "configs/proxy-7b2a-h100.yaml" and export["checkpoint_device"] == "cpu"
+    assert export["architecture"] == "Glm4MoeForCausalLM" and export["max_abs_logit_diff"] <= 1e-4
+    assert export["greedy_equal"] and export["import_bitwise_equal"]
+    assert "round trip: max |Δlogit|" in (tmp_path / "export.log").read_text()  # moelab export's own check ran
 
 
 def test_gpu_checks_records_the_commit_it_was_given_not_what_the_copy_s_git_says(tmp_path):
