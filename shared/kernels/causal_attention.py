@@ -60,7 +60,6 @@ def blocked_applies(q: Tensor, seq_len: int, v_width: int) -> bool:
 CUDNN_SUSPECT_T_MOD_128 = 64
 
 
-@torch.compiler.assume_constant_result
 @functools.lru_cache(maxsize=64)
 def _sdpa_takes_unequal_widths(device: torch.device, dtype: torch.dtype, heads: int, seq_len: int, qk_width: int,
                                v_width: int) -> bool:
@@ -88,7 +87,20 @@ def sdpa_pads_values(q: Tensor, seq_len: int, v_width: int, heads: int | None = 
     if q.device.type != "cuda" or seq_len % 128 == CUDNN_SUSPECT_T_MOD_128:
         return True
     heads = heads or q.shape[1]  # q laid out (B, H, T, width) unless `heads` says otherwise
-    return not _sdpa_takes_unequal_widths(q.device, q.dtype, heads, seq_len, q.shape[-1], v_width)
+    return not _constant_probe()(q.device, q.dtype, heads, seq_len, q.shape[-1], v_width)
+
+
+_PROBE = None
+
+
+def _constant_probe():
+    """`_sdpa_takes_unequal_widths` as a constant for torch.compile, wrapped on first use: wrapping
+    it at import would import torch._dynamo (and Triton) with this module, before a test or a
+    script has set TRITON_INTERPRET."""
+    global _PROBE
+    if _PROBE is None:
+        _PROBE = torch.compiler.assume_constant_result(_sdpa_takes_unequal_widths)
+    return _PROBE
 
 
 @functools.lru_cache(maxsize=64)

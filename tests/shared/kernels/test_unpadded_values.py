@@ -41,7 +41,7 @@ def _cuda_like(T, dk=192, dtype=torch.bfloat16):
 def test_cuda_pads_only_where_no_fused_kernel_takes_unequal_widths_or_at_the_cudnn_suspect_lengths(
         monkeypatch, fused_takes_it, T, pads):
     asked = []
-    monkeypatch.setattr(ca, "_sdpa_takes_unequal_widths", lambda *a: asked.append(a) or fused_takes_it)
+    monkeypatch.setattr(ca, "_constant_probe", lambda: lambda *a: asked.append(a) or fused_takes_it)
     assert ca.sdpa_pads_values(_cuda_like(T), T, 128) is pads
     if T % 128 == ca.CUDNN_SUSPECT_T_MOD_128:
         assert not asked  # padded without asking: the flash kernel runs there
@@ -85,3 +85,14 @@ def test_mla_output_and_grads_equal_with_unpadded_values(monkeypatch):
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
     for a, b in zip(results[1][1], results[0][1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_importing_the_attention_kernel_does_not_import_dynamo_or_triton():
+    """TRITON_INTERPRET must still take effect when set after this module is imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, shared.kernels.causal_attention, shared.model.attention.mla; "
+            "print('torch._dynamo' in sys.modules, 'triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
