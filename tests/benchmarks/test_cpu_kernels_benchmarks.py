@@ -63,8 +63,9 @@ def test_expert_fusion_grades_a_planted_wrong_cached_choice_as_a_miss_and_check_
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["tuned"] == dict.fromkeys(result["ms"], "fused")
     assert set(result["tuned_from"].values()) == {"cache"}
-    # 64 experts of 8 rows each one after another: several times the loop's time, never within 5%
-    assert result["ms"]["T256_d64_F32_E64_K2"]["fused"] > 2 * result["ms"]["T256_d64_F32_E64_K2"]["loop"]
+    # 64 experts of 8 rows each one after another: about twice the loop's time (1.9x on a loaded 2-core
+    # machine), so far outside the grader's 5% tolerance that the planted choice must grade as a miss
+    assert result["ms"]["T256_d64_F32_E64_K2"]["fused"] > 1.25 * result["ms"]["T256_d64_F32_E64_K2"]["loop"]
     assert result["tuned_right"] <= 1
     assert proc.returncode == 1 and "T256_d64_F32_E64_K2" in proc.stderr
 
