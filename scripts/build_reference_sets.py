@@ -73,7 +73,7 @@ the same three in the training loop; a test checks the two agree.
 def process_results(doc, results):
     lls = [ll for ll, _greedy in results]
     gold = int(doc["gold"])
-    per_char = [ll / max(len(choice), 1) for ll, choice in zip(lls, doc["choices"])]
+    per_char = [ll / max(len(choice), 1) for ll, choice in zip(lls, doc["choices"], strict=True)]
     return {
         "acc": float(max(range(len(lls)), key=lls.__getitem__) == gold),
         "acc_norm": float(max(range(len(per_char)), key=per_char.__getitem__) == gold),
