@@ -1,5 +1,5 @@
 """The ablation's report: per arm and metric mean ± sd over seeds, each arm against the baseline as a
-paired difference with a bootstrap 95% interval, and a verdict per metric; as JSON, Markdown and PNG.
+paired difference with a Student-t 95% interval, and a verdict per metric; as JSON, Markdown and PNG.
 
 A metric's direction comes from its name: losses and bits per byte (`loss`, `bpb`, `nats`,
 `nll`, `perplexity` in the name) are better lower, everything else (accuracies, log-probabilities of the
@@ -84,7 +84,7 @@ def markdown(report: dict[str, Any]) -> str:
                  for m in metrics]
         docs = a.get("documents", {}).get("written", "")
         lines.append(f"| {arm} | {docs} | {a.get('tokens', ''):,} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Against {report['baseline']} (arm − baseline, paired by seed, bootstrap 95% interval)", "",
+    lines += ["", f"## Against {report['baseline']} (arm − baseline, paired by seed, Student-t 95% interval)", "",
               "| arm | metric | mean difference | interval | seeds |", "|---|---|---:|---|---:|"]
     for arm, per_metric in report["comparisons"].items():
         for m, c in per_metric.items():

@@ -5,25 +5,32 @@ from __future__ import annotations
 from shared.stats import compare_paired, seeds_needed, verdict_line
 
 
-def test_seeds_needed_for_an_effect_of_one_sd_is_eight():
-    # ((1.95996 + 0.84162) * 1 / 1)^2 = 7.85 -> 8
-    assert seeds_needed(1.0, 1.0) == 8
-    assert seeds_needed(-0.5, 1.0) == 32  # 4 x 7.85 = 31.4
+def test_seeds_needed_for_an_effect_of_one_sd_is_ten():
+    # the normal approximation says ((1.95996 + 0.84162) / 1)^2 = 7.85 -> 8; with t quantiles at
+    # n - 1 degrees of freedom: n = 9 needs (2.306 + 0.889)^2 = 10.2 > 9, n = 10 needs (2.262 + 0.883)^2 = 9.89
+    assert seeds_needed(1.0, 1.0) == 10
+    assert seeds_needed(-0.5, 1.0) == 34  # (2.035 + 0.853)^2 x 4 = 33.4
     assert seeds_needed(0.0, 1.0) is None
     assert seeds_needed(5.0, 0.0) == 2
+
+
+def test_seeds_needed_past_the_search_falls_back_to_the_normal_formula():
+    assert seeds_needed(0.01, 1.0) == 78489  # (2.8016 / 0.01)^2
 
 
 def test_lower_is_better_metric_names_the_arm_with_the_lower_value_as_winner():
     comp = compare_paired({0: 1.0, 1: 1.1, 2: 1.2}, {0: 1.5, 1: 1.5, 2: 1.5})  # arm lower by 0.5, 0.4, 0.3
     line = verdict_line("eval/bpb", "curated", "raw", comp, higher_is_better=False)
-    assert line.startswith("curated beat raw by 0.4 eval/bpb, 95% interval [0.3, 0.5]"), line
-    assert "(3 seeds)" in line
+    # sd 0.1, half-width t(0.975, 2) * 0.1 / sqrt(3) = 0.2484
+    assert line.startswith("curated beat raw by 0.4 eval/bpb, 95% t-interval [0.1516, 0.6484]"), line
+    assert line.endswith("(3 seeds)")
 
 
 def test_higher_is_better_metric_where_the_baseline_wins():
-    comp = compare_paired({0: 0.2, 1: 0.3}, {0: 0.5, 1: 0.5})
+    comp = compare_paired({0: 0.2, 1: 0.3, 2: 0.25}, {0: 0.5, 1: 0.5, 2: 0.5})
     line = verdict_line("task/acc", "curated", "raw", comp, higher_is_better=True)
-    assert line.startswith("raw beat curated by 0.25 task/acc, 95% interval [0.2, 0.3]"), line
+    # sd 0.05, half-width 4.3027 * 0.05 / sqrt(3) = 0.1242
+    assert line.startswith("raw beat curated by 0.25 task/acc, 95% t-interval [0.1258, 0.3742]"), line
 
 
 def test_an_interval_over_zero_says_how_many_seeds_would_be_needed():
@@ -50,14 +57,19 @@ def test_a_mean_difference_that_is_zero_to_rounding_needs_no_seed_count():
     assert "the arms measured the same on every seed" not in line  # they did not: the seeds differ
 
 
-def test_a_win_on_few_seeds_says_how_often_that_happens_by_chance():
-    """Two seeds: the interval is [min, max] of the differences, so it excludes zero for half of all
-    pairs of equal arms; the verdict has to say so."""
-    two = compare_paired({0: 1.1, 1: 1.3}, {0: 1.0, 1: 1.0})
-    line = verdict_line("task/acc", "a", "b", two, True)
-    assert line.startswith("a beat b by 0.2 task/acc") and line.endswith(
-        "; with 2 seeds every seed agrees by chance 50% of the time when the arms are equal")
-    five = compare_paired({s: 1.1 + 0.01 * s for s in range(5)}, dict.fromkeys(range(5), 1.0))
-    assert "by chance 6% of the time" in verdict_line("task/acc", "a", "b", five, True)
-    six = compare_paired({s: 1.1 + 0.01 * s for s in range(6)}, dict.fromkeys(range(6), 1.0))
-    assert "by chance" not in verdict_line("task/acc", "a", "b", six, True)  # 3% < 5%
+def test_seeds_that_all_agree_but_spread_widely_are_no_win():
+    """Three same-signed differences: a percentile bootstrap would call this a win (its interval is
+    [min, max]); the t-interval over 2 degrees of freedom covers zero."""
+    comp = compare_paired({0: 1.1, 1: 1.2, 2: 2.0}, {0: 1.0, 1: 1.0, 2: 1.0})
+    line = verdict_line("task/acc", "a", "b", comp, True)
+    assert "no difference detectable at this budget" in line and "t-interval [-0.7921, 1.659]" in line, line
+
+
+def test_a_win_with_no_spread_says_its_interval_has_no_width():
+    """Two seeds each one item (1/32) apart: sd 0, a point interval; the verdict must not read as certainty."""
+    comp = compare_paired({0: 0.5 + 1 / 32, 1: 0.25 + 1 / 32}, {0: 0.5, 1: 0.25})
+    line = verdict_line("task/acc", "a", "b", comp, True)
+    assert line.startswith("a beat b by 0.03125 task/acc") and line.endswith(
+        "; every seed gave the same difference, so the interval has no width: that is not certainty")
+    spread = compare_paired({0: 1.1, 1: 1.2, 2: 1.15}, dict.fromkeys(range(3), 1.0))
+    assert "no width" not in verdict_line("task/acc", "a", "b", spread, True)
