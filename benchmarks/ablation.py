@@ -1,24 +1,33 @@
 """Sanity ablation with a known answer: clean text against the same text with 30% planted garbage.
 
-Arm `clean` is the demo corpus's Wikipedia prose; arm `garbage` is the same documents with the last
-30% of every document's characters replaced by planted garbage of the same length (web
-boilerplate, one line repeated, product spam). Same shared tokenizer, same token budget, same tiny
-proxy, 3 seeds each, run by `moelab ablate`'s own code (cluster.ablation) on a local Ray. The
-known answer: the clean arm must win, with the 95% paired-bootstrap interval excluding zero, on
-bits per byte of the prose reference set and on the task suite; held-out eval loss (nats per
-token of the shared tokenizer, on held-out clean Wikipedia documents) is reported beside them.
-The "peer" of this benchmark is that known answer: ratios are garbage / clean for BPB (> 1: clean
-better) and clean / garbage for task accuracy.
+Arm `clean` is the demo corpus's Wikipedia prose (every 20th document held out for eval loss); arm
+`garbage` is the same documents, in the same order, with the last 30% of every document's *tokens*
+replaced by as many tokens of planted garbage (web boilerplate, one line repeated, product spam).
+The one tokenizer both arms use is trained here on the clean documents, before the garbage arm
+exists, because it is what counts the 30%. Same token budget, same tiny MoE proxy (configs/tiny.yaml,
+trained at its 256-token window, the one the suite evaluates in), 3 seeds each, run by
+`moelab ablate`'s own code (cluster.ablation) on a local Ray. Seeds are paired: seed k of both arms
+has the same initialisation and the same document order (the arms hold the same number of
+documents under the same source name), so the arms differ only in what the documents say.
 
-    .venv/bin/python benchmarks/ablation.py            # 3 seeds, 120 steps x 1,024 tokens (a few minutes idle)
+The known answer: at the same budget the garbage arm sees 70% of the clean arm's prose, so the
+clean arm must have the lower bits per byte on the prose reference set (data/reference/prose.jsonl,
+in neither arm), with the paired Student-t 95% interval excluding zero; that is what `passed` and
+the exit code say. The task score judged is the mean accuracy over the suite's two prose tasks
+(`task/prose/acc`, 200 items), fixed before any run; `task_separates` says whether it separates
+the arms, and `separating_metrics` lists every metric whose interval excludes zero in the clean
+arm's favour (with ~15 metrics, one may do so by chance). `unigram_bpb_prose` is the prose BPB of
+the clean arm's unigram token frequencies: a model near it has learned nothing the garbage could
+take away, which is why the previous 120-step budget could not separate the arms.
+
+    .venv/bin/python benchmarks/ablation.py            # 3 seeds x 280 steps x 2,048 tokens: one pass over the clean arm
     .venv/bin/python benchmarks/ablation.py --quick    # 2 seeds, 6 steps, tiny model (a smoke test)
 
 The last line is one JSON object with bpb_gap (garbage − clean, mean over seeds), bpb_ci_low,
-task_gap (clean − garbage accuracy), task_ci_low, seconds, and `passed`; a full run also writes it
-to benchmarks/results/ablation.json (or `--out`) with the command and the load average before and
-after, since `seconds` is wall-clock on whatever else the machine was running; the exit code is 1 when the
-clean arm does not win on BPB with an interval excluding zero (the task verdict is reported, since
-at CPU scale accuracy can sit at chance: then the continuous metrics are the ones that separate).
+task_gap (clean − garbage pooled prose accuracy), task_ci_low, seconds, and `passed`; a full run
+also writes it to benchmarks/results/ablation.json (or `--out`) with the commit, the command and
+the load average before and after, since `seconds` is wall-clock on whatever else the machine was
+running.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import argparse
 import gzip
 import json
 import os
+import platform
 import random
 import sys
 import tempfile
@@ -39,66 +49,150 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
 GARBAGE_FRACTION = 0.3
+STEPS = 280  # x 2,048 tokens = 573,440: one pass over the clean arm (582,500 tokens of its 797 documents)
+HELD_OUT_EVERY = 20  # every 20th Wikipedia document is held out for eval loss, in neither arm
 BOILERPLATE = ("Home | About us | Contact | Privacy policy | Terms of use | Cookie settings\n"
                "Subscribe to our newsletter! Click here to sign up. All rights reserved.\n")
 SPAM = ("BEST PRICES!!! Buy cheap watches now, free shipping, limited offer, 90% off, "
         "order today www.cheap-deals-online.example click click click ")
 
 
-def planted_garbage(rng: random.Random, n_chars: int) -> str:
-    """`n_chars` characters of one kind of garbage: boilerplate, a repeated line, or spam."""
+def garbage_unit(rng: random.Random) -> str:
+    """One kind of garbage, chosen per document: web boilerplate, one repeated line, or spam."""
     kind = rng.randrange(3)
     if kind == 0:
-        unit = BOILERPLATE
-    elif kind == 1:
-        unit = f"Posted by admin on {rng.randint(1, 28)} March {rng.randint(2001, 2023)} | Reply | Share\n"
-    else:
-        unit = SPAM
-    return (unit * (n_chars // len(unit) + 1))[:n_chars]
+        return BOILERPLATE
+    if kind == 1:
+        return f"Posted by admin on {rng.randint(1, 28)} March {rng.randint(2001, 2023)} | Reply | Share\n"
+    return SPAM
 
 
-def write_arms(root: Path, held_out_every: int = 20) -> dict[str, Path]:
-    """clean.jsonl, garbage.jsonl (30% of each document's characters replaced) and held.jsonl."""
-    rng = random.Random(0)
+def planted_garbage(tok, rng: random.Random, n_tokens: int) -> str:
+    """Exactly `n_tokens` tokens (of `tok`) of one kind of garbage, as text."""
+    if n_tokens <= 0:
+        return ""
+    unit = garbage_unit(rng)
+    ids: list[int] = []
+    repeats = 8
+    while len(ids) < n_tokens:
+        ids = tok.encode(unit * repeats)
+        repeats *= 2
+    return tok.decode(ids[:n_tokens])
+
+
+def with_garbage(text: str, tok, rng: random.Random) -> tuple[str, int, int]:
+    """`text` with its last GARBAGE_FRACTION of tokens replaced by as many tokens of planted garbage;
+    returns the new text, its prose tokens and its garbage tokens (both counted by `tok`)."""
+    enc = tok.tokenizer.encode(text, add_special_tokens=False)
+    n = len(enc.ids)
+    keep = round(n * (1 - GARBAGE_FRACTION))
+    if keep >= n:
+        return text, n, 0
+    prose = text[: enc.offsets[keep][0]]  # character offsets: the prose is the document's first `keep` tokens
+    return prose + planted_garbage(tok, rng, n - keep), keep, n - keep
+
+
+def split_corpus(root: Path) -> dict[str, Path]:
+    """clean.jsonl (the training documents) and held.jsonl (every HELD_OUT_EVERY-th document)."""
     docs = [json.loads(line) for line in gzip.open(ROOT / "data/demo/wiki.jsonl.gz", "rt", encoding="utf-8")]
-    paths = {name: root / f"{name}.jsonl" for name in ("clean", "garbage", "held")}
+    paths = {name: root / f"{name}.jsonl" for name in ("clean", "held")}
     root.mkdir(parents=True, exist_ok=True)
-    with paths["clean"].open("w") as clean, paths["garbage"].open("w") as garbage, paths["held"].open("w") as held:
+    with paths["clean"].open("w") as clean, paths["held"].open("w") as held:
         for i, d in enumerate(docs):
             rec = {"id": d["id"], "source": "wiki", "text": d["text"]}
-            if i % held_out_every == 0:
-                held.write(json.dumps(rec) + "\n")
-                continue
-            clean.write(json.dumps(rec) + "\n")
-            cut = int(len(d["text"]) * (1 - GARBAGE_FRACTION))
-            noisy = d["text"][:cut] + planted_garbage(rng, len(d["text"]) - cut)
-            garbage.write(json.dumps({**rec, "text": noisy}) + "\n")
+            (held if i % HELD_OUT_EVERY == 0 else clean).write(json.dumps(rec) + "\n")
     return paths
 
 
-def config(root: Path, quick: bool, seeds: int, steps: int):
-    from shared.config import load_config
+def shared_tokenizer(clean: Path, out: Path, vocab_size: int, min_frequency: int):
+    """The one tokenizer of both arms, trained on the clean arm's documents.
 
-    files = write_arms(root / "corpus")
-    shape = (["model.d_model=32", "model.n_layers=2", "train.seq_len=64", "train.micro_batch_size=4",
-              "train.grad_accum=1", f"train.steps={steps}", "ablation.reference_texts=8", "ablation.task_items=16"]
-             if quick else ["train.seq_len=128", "train.micro_batch_size=1", "train.grad_accum=8", f"train.steps={steps}"])
-    return load_config(ROOT / "configs" / "tiny.yaml", [
+    Why here and not by the ablation: the garbage fraction is a fraction of *tokens*, so the
+    tokenizer that counts them must exist before the garbage arm does. A tokenizer fitted to the
+    garbage as well (the ablation's default: an equal sample of every arm) learns its repeated
+    strings as long tokens, and 30% of the characters became only 24% of the tokens."""
+    from shared.data.tokenizer import train_tokenizer
+
+    texts = [json.loads(line)["text"] for line in clean.open()]
+    return train_tokenizer(texts, out, vocab_size=vocab_size, min_frequency=min_frequency)
+
+
+def write_garbage_arm(clean: Path, out: Path, tok) -> dict[str, float]:
+    """garbage.jsonl: every clean document with its last 30% of tokens replaced by planted garbage
+    (same documents, same order, same token counts to a boundary token); returns the token counts."""
+    rng = random.Random(0)
+    prose_tokens = garbage_tokens = 0
+    with out.open("w") as fh:
+        for line in clean.open():
+            rec = json.loads(line)
+            text, p, g = with_garbage(rec["text"], tok, rng)
+            prose_tokens, garbage_tokens = prose_tokens + p, garbage_tokens + g
+            fh.write(json.dumps({**rec, "text": text}) + "\n")
+    arm_tokens = sum(len(ids) for ids in tok.encode_batch([json.loads(line)["text"] for line in out.open()]))
+    return {"prose_tokens": prose_tokens, "garbage_tokens": garbage_tokens, "arm_tokens": arm_tokens,
+            # what the garbage arm trains on that is not the clean documents' prose, in its own tokens
+            "garbage_token_fraction": 1 - prose_tokens / arm_tokens}
+
+
+def unigram_bpb(tok, train: Path, texts: list[str]) -> float:
+    """Bits per byte of `texts` under the clean arm's unigram token frequencies (add-one): the level a
+    model sits at before it has learned anything beyond which tokens are common."""
+    import numpy as np
+
+    counts = np.ones(tok.vocab_size)
+    for ids in tok.encode_batch([json.loads(line)["text"] for line in train.open()]):
+        counts += np.bincount(ids, minlength=tok.vocab_size)
+    logp = np.log2(counts / counts.sum())
+    bits = -sum(float(logp[ids].sum()) for ids in tok.encode_batch(texts))
+    return bits / sum(len(t.encode("utf-8")) for t in texts)
+
+
+def config(root: Path, quick: bool, seeds: int, steps: int):
+    """The ablation config and what was measured while making its arms."""
+    from shared.config import load_config
+    from shared.eval.reference_sets import load_reference_sets
+
+    base = load_config(ROOT / "configs" / "tiny.yaml")
+    files = split_corpus(root / "corpus")
+    t = base.mixture.tokenizer
+    tok = shared_tokenizer(files["clean"], root / "tokenizer", t.vocab_size, t.min_frequency)
+    files["garbage"] = root / "corpus" / "garbage.jsonl"
+    planted = write_garbage_arm(files["clean"], files["garbage"], tok)
+    prose = load_reference_sets(["prose"])["prose"]
+    if quick:
+        shape = ["model.d_model=32", "model.n_layers=2", "model.max_seq_len=64", "train.seq_len=64",
+                 "train.micro_batch_size=4", "optim.warmup_steps=2", "ablation.reference_texts=8",
+                 "ablation.task_items=16"]
+    else:
+        # trained at the window the suite evaluates in (the model's max_seq_len), 2,048 tokens a step
+        # in one micro-batch (the recipe's 16 micro-batches of one sequence cost ~3x the time on CPU)
+        shape = [f"train.seq_len={base.model.max_seq_len}", f"train.micro_batch_size={2048 // base.model.max_seq_len}"]
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
         "name=sanity-ablation", "mixture.documents=[]", "mixture.eval_documents=[]", "mixture.rates={}",
         "train.eval_every=100000", "train.eval_batches=16", "train.checkpoint_every=100000",
-        "optim.warmup_steps=5", "tracker.mode=disabled",
+        "train.grad_accum=1", f"train.steps={steps}", "tracker.mode=disabled",
         f"ablation={{baseline: clean, seeds: {seeds}, out_dir: {root / 'out'}, eval_documents: [{files['held']}], "
-        f"reference_sets: [prose], tokenizer_docs_per_arm: 400, cpus_per_run: 1, "
+        f"reference_sets: [prose], tokenizer_path: {tok.path}, cpus_per_run: 1, "
         f"arms: [{{name: clean, documents: [{files['clean']}]}}, {{name: garbage, documents: [{files['garbage']}]}}]}}",
         *shape,
     ])
+    used = prose[: cfg.ablation.reference_texts]
+    return cfg, {**planted, "unigram_bpb_prose": unigram_bpb(tok, files["clean"], used),
+                 "prose_reference_texts": len(used), "prose_reference_bytes": sum(len(x.encode("utf-8")) for x in used)}
 
 
-def _task_metric(report: dict) -> str | None:
-    """The prose task accuracy when the suite ran (the mean over tasks is not a paired metric here)."""
-    names = [m for m in report["metrics"] if m.startswith("task/") and m.endswith("/acc")]
-    prose = [m for m in names if "prose" in m]
-    return (prose or names or [None])[0]
+TASK_METRIC = "task/prose/acc"
+
+
+def pooled_prose_accuracy(report: dict) -> dict[str, dict[int, float]]:
+    """Per arm and seed, the mean accuracy over the suite's prose tasks (cloze and continuation: 200
+    items): the task score this benchmark judges, fixed before any run; both arms train on prose only."""
+    names = [m for m in report["metrics"] if m.startswith("task/") and "prose" in m and m.endswith("/acc")]
+    out: dict[str, dict[int, float]] = {}
+    for arm, a in report["arms"].items():
+        out[arm] = {int(seed): sum(r["metrics"][m] for m in names) / len(names)
+                    for seed, r in a["runs"].items() if names and all(m in r["metrics"] for m in names)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,44 +204,53 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="Also write the final JSON here")
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 3)
-    steps = args.steps or (6 if args.quick else 120)
+    steps = args.steps or (6 if args.quick else STEPS)
 
     import ray
 
     from cluster.ablation import run_ablation
+    from shared.stats import compare_paired, verdict_line
 
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ablation-bench-") as tmp:
         work = args.work or Path(tmp)
-        cfg = config(work, args.quick, seeds, steps)
+        cfg, made = config(work, args.quick, seeds, steps)
         if not ray.is_initialized():
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         report = run_ablation(cfg, log=lambda line: print(line, flush=True))
     seconds = time.perf_counter() - t0
     comp = report["comparisons"]["garbage"]
     bpb = comp.get("bpb/prose", {})
-    task = _task_metric(report)
-    tc = comp.get(task, {}) if task else {}
     # signed so that > 0 means the clean arm is better
     bpb_gap, bpb_ci_low = bpb.get("mean"), bpb.get("ci_low")
-    task_gap = -tc["mean"] if "mean" in tc else None
-    task_ci_low = -tc["ci_high"] if "ci_high" in tc else None
-    clean_bpb = report["arms"]["clean"]["metrics"].get("bpb/prose", {}).get("mean")
-    for line in report["verdicts"]:
+    pooled = pooled_prose_accuracy(report)
+    task = None
+    if pooled.get("clean") and pooled.get("garbage"):
+        tc = compare_paired(pooled["garbage"], pooled["clean"])
+        task = {"gap": -tc.mean, "ci_low": -tc.high, "verdict": verdict_line(TASK_METRIC, "garbage", "clean", tc, True)}
+    arm_bpb = {arm: report["arms"][arm]["metrics"].get("bpb/prose", {}).get("mean") for arm in ("clean", "garbage")}
+    for line in [*report["verdicts"], *([task["verdict"]] if task else [])]:
         print(line)
-    if clean_bpb:
-        print(f"ratio garbage/clean BPB on prose: {(clean_bpb + bpb_gap) / clean_bpb:.4f} (> 1: clean better)")
+    print(f"prose BPB: clean {arm_bpb['clean']}, garbage {arm_bpb['garbage']}, unigram {made['unigram_bpb_prose']:.4f}")
     passed = bpb_ci_low is not None and bpb_ci_low > 0
-    result = {"bpb_gap": bpb_gap, "bpb_ci_low": bpb_ci_low, "task_metric": task, "task_gap": task_gap,
-              "task_ci_low": task_ci_low, "task_separates": task_ci_low is not None and task_ci_low > 0,
-              "eval_loss_gap": comp.get("eval/loss", {}).get("mean"),
-              "eval_loss_ci_low": comp.get("eval/loss", {}).get("ci_low"),
+    result = {"bpb_gap": bpb_gap, "bpb_ci_low": bpb_ci_low,
+              "task_metric": TASK_METRIC, "task_gap": task and task["gap"], "task_ci_low": task and task["ci_low"],
+              "task_separates": bool(task) and task["ci_low"] > 0,
+              "eval_loss_gap": -comp["eval/loss"]["mean"] if "eval/loss" in comp else None,
+              "eval_loss_ci_low": -comp["eval/loss"]["ci_high"] if "eval/loss" in comp else None,
               # metrics whose interval excludes zero in the clean arm's favour
-              "separating_metrics": sorted(m for m, c in comp.items() if c.get("excludes_zero")
-                                           and (c["mean"] < 0) == c["higher_is_better"]),
+              "separating_metrics": sorted([m for m, c in comp.items() if c.get("excludes_zero")
+                                            and (c["mean"] < 0) == c["higher_is_better"]]
+                                           + ([TASK_METRIC] if task and task["ci_low"] > 0 else [])),
+              "interval": "paired Student-t, 95%",
+              "bpb_prose": arm_bpb, "unigram_bpb_prose": made["unigram_bpb_prose"],
+              "prose_reference_texts": made["prose_reference_texts"],
+              "prose_reference_bytes": made["prose_reference_bytes"],
+              "garbage_token_fraction": made["garbage_token_fraction"],
               "seeds": seeds, "steps": steps, "budget_tokens": report["budget_tokens"], "quick": args.quick,
-              "verdicts": report["verdicts"], "seconds": round(seconds, 1), "passed": passed,
+              "verdicts": [*report["verdicts"], *([task["verdict"]] if task else [])],
+              "seconds": round(seconds, 1), "passed": passed,
               # `seconds` is wall-clock: read it against the machine's load while it ran
               "load_average_before": [round(x, 2) for x in load_before],
               "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
@@ -155,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (None if args.quick else RESULTS / "ablation.json")
     if out is not None:
         from shared.data.atomic import atomic_write_json
+        from shared.provenance import tree_commit
 
-        atomic_write_json(out, result)
+        atomic_write_json(out, {**result, "commit": tree_commit(), "machine": platform.node(),
+                                "threads_per_run": int(cfg.ablation.cpus_per_run)})
     print(json.dumps(result))
     return 0 if passed else 1
 
