@@ -5,6 +5,8 @@ tree whose `.git` is not a faithful checkout (one named a commit the tree did no
 travels explicitly: `$MOELAB_COMMIT`, else a file carried with the tree (`.gpu-wheels/COMMIT`,
 written by `make gpu-wheels` where git knows the tree); only without either is git asked, with
 `-dirty` when tracked files differ from the commit (such a run's code cannot be checked out).
+Result and transcript files are outputs, not code: rewriting them (as every benchmark run on a
+clean tree does) leaves the tree clean, so the second benchmark of a session is not marked dirty.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 COMMIT_ENV = "MOELAB_COMMIT"
 COMMIT_FILE = Path(".gpu-wheels") / "COMMIT"
+# Folders of outputs the benchmarks and the demo write; their changes do not change the code.
+OUTPUT_DIRS = ("benchmarks/results", "docs/transcripts")
 
 
 def git_commit(root: Path = REPO) -> str:
-    """`git rev-parse --short HEAD`, `-dirty` when tracked files differ from it; "unknown" without git."""
+    """`git rev-parse --short HEAD`, `-dirty` when tracked files outside `OUTPUT_DIRS` differ from it;
+    "unknown" without git."""
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
@@ -29,7 +34,8 @@ def git_commit(root: Path = REPO) -> str:
         return "unknown"
     if head.returncode != 0:
         return "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    excluded = [f":(exclude){d}" for d in OUTPUT_DIRS]
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded).stdout.strip()
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
