@@ -12,6 +12,7 @@ clean tree does) leaves the tree clean, so the second benchmark of a session is 
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -55,3 +56,31 @@ def write_commit_file(root: Path = REPO) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(git_commit(root) + "\n")
     return path
+
+
+# ISA flags that change CPU speed the most (the full list is in /proc/cpuinfo).
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def cpu_and_flags() -> tuple[str, list[str]]:
+    """The CPU's model name and which of `SPEED_FLAGS` it has, for the header of a transcript."""
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = [f for f in SPEED_FLAGS if f in value.split()]
+                break
+    except OSError:
+        pass
+    return model, flags
+
+
+def load_average_text() -> str:
+    """The 1/5/15-minute load averages as text ("not available" where the OS has none)."""
+    try:
+        return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "not available"

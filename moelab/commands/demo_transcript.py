@@ -13,39 +13,14 @@ atomically at the end of every run, failed runs included (their last line says s
 from __future__ import annotations
 
 import os
-import platform
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from shared.data.atomic import atomic_write_bytes
-from shared.provenance import tree_commit
+from shared.provenance import SPEED_FLAGS, cpu_and_flags, load_average_text, tree_commit
 
 TRANSCRIPT = Path("runs") / "demo-transcript.txt"
-# ISA flags that change CPU speed the most (the full list is in /proc/cpuinfo).
-FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
-
-
-def _cpu() -> tuple[str, list[str]]:
-    model, flags = platform.processor() or platform.machine(), []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = [f for f in FLAGS if f in value.split()]
-                break
-    except OSError:
-        pass
-    return model, flags
-
-
-def _load() -> str:
-    try:
-        return ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "not available"
 
 
 class DemoTranscript:
@@ -56,14 +31,14 @@ class DemoTranscript:
 
         self.path = path or root / TRANSCRIPT
         self.t0 = time.monotonic()
-        model, flags = _cpu()
+        model, flags = cpu_and_flags()
         self.header = [
             "# moelab demo transcript: written by `moelab demo` (moelab/commands/demo_transcript.py)",
             f"commit: {tree_commit(root)}",
             f"started: {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}",
-            f"machine: {model}; ISA flags {' '.join(flags) or 'none of ' + ' '.join(FLAGS)}; {os.cpu_count()} cores",
+            f"machine: {model}; ISA flags {' '.join(flags) or 'none of ' + ' '.join(SPEED_FLAGS)}; {os.cpu_count()} cores",
             f"threads: torch {torch.get_num_threads()} in the driver; Ray CPUs {ray_cpus}",
-            f"load average at start (1, 5, 15 min): {_load()}",
+            f"load average at start (1, 5, 15 min): {load_average_text()}",
             "",
         ]
         self.lines: list[str] = []
@@ -78,7 +53,7 @@ class DemoTranscript:
         for name, st in (stages or {}).items():
             footer.append(f"stage {name}: {'skipped' if st.get('skipped') else str(st.get('seconds')) + ' s'}")
         footer += [f"wall: {time.monotonic() - self.t0:.1f} s from `moelab demo` to its last line (no install)",
-                   f"load average at end (1, 5, 15 min): {_load()}", f"outcome: {outcome}"]
+                   f"load average at end (1, 5, 15 min): {load_average_text()}", f"outcome: {outcome}"]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self.path, ("\n".join(self.header + self.lines + footer) + "\n").encode())
         return self.path
