@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
 GARBAGE_FRACTION = 0.3
-STEPS = 280  # x 2,048 tokens = 573,440: one pass over the clean arm (582,500 tokens of its 797 documents)
+STEPS = 280  # x 2,048 tokens = 573,440: about one pass over the clean arm (its 796 documents)
 HELD_OUT_EVERY = 20  # every 20th Wikipedia document is held out for eval loss, in neither arm
 BOILERPLATE = ("Home | About us | Contact | Privacy policy | Terms of use | Cookie settings\n"
                "Subscribe to our newsletter! Click here to sign up. All rights reserved.\n")
@@ -92,16 +92,32 @@ def with_garbage(text: str, tok, rng: random.Random) -> tuple[str, int, int]:
     return prose + planted_garbage(tok, rng, n - keep), keep, n - keep
 
 
-def split_corpus(root: Path) -> dict[str, Path]:
-    """clean.jsonl (the training documents) and held.jsonl (every HELD_OUT_EVERY-th document)."""
+def split_corpus(root: Path) -> tuple[dict[str, Path], int]:
+    """clean.jsonl (the training documents) and held.jsonl (every HELD_OUT_EVERY-th document).
+
+    A training document whose text is also held out (the corpus has duplicates) or is a prose
+    reference text is left out here, before the garbage arm is made from the clean one: the ablation
+    would drop it from the clean arm only (the garbage copy's text differs), and arms with different
+    document counts would shuffle in different orders, unpairing the seeds. Returns the paths and
+    how many documents were left out."""
+    from shared.eval.reference_sets import load_reference_sets
+
     docs = [json.loads(line) for line in gzip.open(ROOT / "data/demo/wiki.jsonl.gz", "rt", encoding="utf-8")]
+    held_texts = {d["text"] for i, d in enumerate(docs) if i % HELD_OUT_EVERY == 0}
+    never_train = held_texts | set(load_reference_sets(["prose"])["prose"])
     paths = {name: root / f"{name}.jsonl" for name in ("clean", "held")}
     root.mkdir(parents=True, exist_ok=True)
+    left_out = 0
     with paths["clean"].open("w") as clean, paths["held"].open("w") as held:
         for i, d in enumerate(docs):
             rec = {"id": d["id"], "source": "wiki", "text": d["text"]}
-            (held if i % HELD_OUT_EVERY == 0 else clean).write(json.dumps(rec) + "\n")
-    return paths
+            if i % HELD_OUT_EVERY == 0:
+                held.write(json.dumps(rec) + "\n")
+            elif d["text"] in never_train:
+                left_out += 1
+            else:
+                clean.write(json.dumps(rec) + "\n")
+    return paths, left_out
 
 
 def shared_tokenizer(clean: Path, out: Path, vocab_size: int, min_frequency: int):
@@ -153,7 +169,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int):
     from shared.eval.reference_sets import load_reference_sets
 
     base = load_config(ROOT / "configs" / "tiny.yaml")
-    files = split_corpus(root / "corpus")
+    files, left_out = split_corpus(root / "corpus")
     t = base.mixture.tokenizer
     tok = shared_tokenizer(files["clean"], root / "tokenizer", t.vocab_size, t.min_frequency)
     files["garbage"] = root / "corpus" / "garbage.jsonl"
@@ -177,7 +193,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int):
         *shape,
     ])
     used = prose[: cfg.ablation.reference_texts]
-    return cfg, {**planted, "unigram_bpb_prose": unigram_bpb(tok, files["clean"], used),
+    return cfg, {**planted, "training_documents_left_out": left_out, "unigram_bpb_prose": unigram_bpb(tok, files["clean"], used),
                  "prose_reference_texts": len(used), "prose_reference_bytes": sum(len(x.encode("utf-8")) for x in used)}
 
 
@@ -248,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
               "prose_reference_texts": made["prose_reference_texts"],
               "prose_reference_bytes": made["prose_reference_bytes"],
               "garbage_token_fraction": made["garbage_token_fraction"],
+              "documents_per_arm": {arm: report["arms"][arm]["documents"]["written"] for arm in ("clean", "garbage")},
+              "training_documents_left_out": made["training_documents_left_out"],
               "seeds": seeds, "steps": steps, "budget_tokens": report["budget_tokens"], "quick": args.quick,
               "verdicts": [*report["verdicts"], *([task["verdict"]] if task else [])],
               "seconds": round(seconds, 1), "passed": passed,
