@@ -48,11 +48,12 @@ class PrecisionConfig(Section):
         "fp32", description="Master weight dtype; bf16 applies stochastic rounding to every optimizer update."
     )
     seed: int = Field(0, ge=0, description="Seed of the random Hadamard signs (stochastic rounding uses the torch RNG).")
-    backend: Literal["auto", "emulate", "te", "native"] = Field(
+    backend: Literal["auto", "emulate", "te", "native", "torchao"] = Field(
         "auto",
         description="Where fp8/nvfp4 GEMMs run: te (transformer-engine on CUDA), native (PyTorch's torch._scaled_mm fp8 "
-        "GEMMs on sm89+/Hopper), emulate (quantise→dequantise, any device), auto (te where it can run the recipe, "
-        "else native where the GPU can, else emulate; the choice is logged).",
+        "GEMMs on sm89+/Hopper), torchao (torchao's fp8 row-wise MoE grouped GEMM on sm90; fp8_granularity=row only), "
+        "emulate (quantise→dequantise, any device), auto (te where it can run the recipe, else native where the GPU "
+        "can, else emulate; the choice is logged; never torchao).",
     )
     fp8_scaling: Literal["current", "delayed"] = Field(
         "current",
@@ -74,8 +75,9 @@ class PrecisionConfig(Section):
                 f"fp8_scaling=delayed keeps one amax history per tensor, so it needs fp8_granularity=tensor "
                 f"(got {self.fp8_granularity}); use fp8_scaling=current for row/block/mxfp8 scales"
             )
-        if self.backend in ("te", "native"):
-            check = self.te_unsupported_reason if self.backend == "te" else self.native_unsupported_reason
+        if self.backend in ("te", "native", "torchao"):
+            check = {"te": self.te_unsupported_reason, "native": self.native_unsupported_reason,
+                     "torchao": self.torchao_unsupported_reason}[self.backend]
             for mode in sorted({self.expert, self.dense} - {"bf16"}):
                 reason = check(mode)
                 if reason:
@@ -95,6 +97,24 @@ class PrecisionConfig(Section):
         if mode == "fp8" and self.fp8_granularity == "mxfp8":
             return "fp8_granularity=mxfp8 needs Blackwell's block-scaled GEMMs (backend=te); native covers tensor, row, block"
         return None
+
+    def torchao_unsupported_reason(self, mode: str) -> str | None:
+        """Why `mode` under this config has no torchao MoE fp8 GEMM (None when it has one).
+
+        torchao's `_to_fp8_rowwise_then_scaled_grouped_mm` (0.18.0) is fp8 e4m3 with per-row
+        current scales in all three GEMMs, rounded to nearest: our `fp8_granularity: row` with
+        e4m3 gradients. Its MXFP8 / NVFP4 paths need Blackwell and are not wired here.
+        """
+        if mode != "fp8":
+            return f"{mode} has no torchao path here (torchao's fp8 row-wise grouped GEMM is wired; nvfp4 stays emulated)"
+        problems = [
+            f"fp8_granularity={self.fp8_granularity} (torchao's is row)" if self.fp8_granularity != "row" else "",
+            "fp8_grad_format=e5m2 (torchao's gradients are e4m3)" if self.fp8_grad_format != "e4m3" else "",
+            "fp8_grad_stochastic=true (torchao rounds to nearest)" if self.fp8_grad_stochastic else "",
+            "fp8_scaling=delayed (torchao scales each tensor from its own amax)" if self.fp8_scaling != "current" else "",
+        ]
+        problems = [p for p in problems if p]
+        return "torchao's fp8 MoE GEMM has no recipe for " + ", ".join(problems) if problems else None
 
     def te_unsupported_reason(self, mode: str) -> str | None:
         """Why `mode` under this config has no transformer-engine recipe (None when it has one).

@@ -35,7 +35,8 @@ class Finding:
 
 def check_config(cfg: ExperimentConfig) -> list[Finding]:
     """Every problem found in `cfg` and the files it names, errors and warnings alike."""
-    return [*_check_shapes(cfg), *_check_inputs(cfg), *_check_rates(cfg), *_check_tokenizer(cfg), *_check_init_from(cfg)]
+    return [*_check_shapes(cfg), *_check_inputs(cfg), *_check_rates(cfg), *_check_tokenizer(cfg), *_check_init_from(cfg),
+            *_check_precision_backend(cfg)]
 
 
 def _check_shapes(cfg: ExperimentConfig) -> list[Finding]:
@@ -48,6 +49,27 @@ def _check_shapes(cfg: ExperimentConfig) -> list[Finding]:
         out.append(Finding("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the tokenizer to be trained "
                            f"(mixture.tokenizer.vocab_size={tok.vocab_size}); token ids would overflow the embedding"))
     return out
+
+
+def _check_precision_backend(cfg: ExperimentConfig) -> list[Finding]:
+    """`precision.backend: torchao` needs the torchao package where the config runs (an error: the
+    model cannot be built without it) and a CUDA GPU (a warning: a config is often checked on a
+    machine other than the one it trains on; building the model there refuses it)."""
+    prec = cfg.model.moe.precision
+    if prec.backend != "torchao":
+        return []
+    from shared.precision.torchao_backend import torchao_missing  # imports torch: only when asked
+
+    field = "model.moe.precision.backend"
+    missing = torchao_missing()
+    if missing:
+        return [Finding(field, f"torchao: {missing}; or use backend=native (our fp8 path) or auto")]
+    import torch
+
+    if not torch.cuda.is_available():
+        return [Finding(field, "torchao: no CUDA device is visible here; building the model on this machine will "
+                        "refuse it (torchao's fp8 grouped GEMM needs an sm90 GPU)", error=False)]
+    return []
 
 
 def _check_init_from(cfg: ExperimentConfig) -> list[Finding]:

@@ -10,7 +10,9 @@ head stays in high precision (as in DeepSeek-V3 and NVIDIA's NVFP4 recipe).
 
 Backends (`precision.backend`): `te` runs the GEMMs of CUDA tensors through transformer-engine
 (`shared.precision.te_backend`), `native` through PyTorch's own fp8 GEMMs (`torch._scaled_mm`,
-`shared.precision.native`), `emulate` through the quantise → dequantise emulation
+`shared.precision.native`; the routed experts' per-row recipe on the ragged grouped path with their
+fp8 weights cached once per optimizer step), `torchao` through torchao's fp8 row-wise MoE grouped
+GEMM (`shared.precision.torchao_backend`, explicit only), `emulate` through the quantise → dequantise emulation
 (`shared.precision.matmul`). `auto` picks, per mode, te where TE is installed and can run the
 recipe on this GPU, else native where the GPU and torch can, else the emulation (so a CPU run of
 a GPU config emulates), and logs the choice and why; `model.precision_backends` keeps it for the
@@ -33,6 +35,8 @@ from shared.precision.matmul import lp_grouped_linear, lp_linear
 from shared.precision.native import native_grouped_linear, native_linear, native_status, tensor_scale_form
 from shared.precision.recipe import GemmRecipe, gemm_recipe
 from shared.precision.te_backend import TELinearRunner, te_autocast, te_grouped_linear, te_status
+from shared.precision.torchao_backend import torchao_grouped_linear, torchao_linear, torchao_status
+from shared.precision.weight_cache import WeightQuantCache
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +53,21 @@ class LowPrecisionGroupedMM(nn.Module):
     and swaps only the GEMMs. The kernels' `backend` argument is ignored: the precision backend
     (TE or emulation) is its own. It holds no parameters; with delayed scaling it holds one
     `DelayedScalingState` per GEMM site, keyed by the weight's (out, in) shape — the experts'
-    SwiGLU calls it for the fused gate/up weight (2F, D) and the down weight (D, F).
+    SwiGLU calls it for the fused gate/up weight (2F, D) and the down weight (D, F). On the native
+    backend `weight_cache` keeps each weight's fp8 layouts from one optimizer step to the next
+    (not a buffer: never checkpointed, rebuilt after a load).
     """
 
     def __init__(
         self, recipe: GemmRecipe, n_groups: int = 1, sites: tuple[tuple[int, int], ...] = (),
         te: TELinearRunner | None = None, require_te: bool = False, native: bool = False,
-        require_native: bool = False,
+        require_native: bool = False, torchao: tuple[bool, bool] = (False, False),
     ) -> None:  # fmt: skip
         super().__init__()
         self.recipe, self.n_groups, self.te, self.require_te = recipe, n_groups, te, require_te
         self.native, self.require_native = native, require_native
+        self.torchao, self.require_torchao = torchao
+        self.weight_cache = WeightQuantCache()
         self.delayed = nn.ModuleDict()
         if recipe.delayed is not None:
             for out_f, in_f in sites:
@@ -77,12 +85,14 @@ class LowPrecisionGroupedMM(nn.Module):
         if self.te is not None and (x.is_cuda or self.require_te):
             counts_list = [int(c) for c in (counts.tolist() if torch.is_tensor(counts) else counts)]
             return te_grouped_linear(self.te, (w.shape[1], w.shape[2]), x, w, counts_list)
+        if self.torchao and (x.is_cuda or self.require_torchao):
+            return torchao_grouped_linear(x, w, counts)
         if self.native and (x.is_cuda or self.require_native):
-            return native_grouped_linear(x, w, counts, self.recipe, self._state(w))
+            return native_grouped_linear(x, w, counts, self.recipe, self._state(w), self.weight_cache)
         return lp_grouped_linear(x, w, counts, self.recipe, self._state(w))
 
     def extra_repr(self) -> str:
-        backend = "te" if self.te is not None else "native" if self.native else "emulate"
+        backend = "te" if self.te is not None else "native" if self.native else "torchao" if self.torchao else "emulate"
         return f"{self.recipe.mode}, backend={backend}"
 
 
@@ -94,7 +104,7 @@ class LowPrecisionLinear(nn.Linear):
     @classmethod
     def wrap(
         cls, linear: nn.Linear, recipe: GemmRecipe, te: TELinearRunner | None = None, require_te: bool = False,
-        native: tuple[bool, bool] = (False, False),
+        native: tuple[bool, bool] = (False, False), torchao: tuple[bool, bool] = (False, False),
     ) -> LowPrecisionLinear:
         new = cls.__new__(cls)
         nn.Module.__init__(new)
@@ -104,6 +114,7 @@ class LowPrecisionLinear(nn.Linear):
         new.recipe = recipe
         new._te = {"runner": te, "require": require_te}  # a dict, so TE's module is not a submodule
         new._native = {"use": native[0], "require": native[1]}
+        new._torchao = {"use": torchao[0], "require": torchao[1]}
         if recipe.delayed is not None:
             new.delayed = DelayedScalingState(1, recipe.delayed).to(linear.weight.device)
         return new
@@ -112,6 +123,8 @@ class LowPrecisionLinear(nn.Linear):
         runner = self._te["runner"]
         if runner is not None and (x.is_cuda or self._te["require"]):
             y = runner.linear("linear", x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
+        elif self._torchao["use"] and (x.is_cuda or self._torchao["require"]):
+            y = torchao_linear(x, self.weight)
         elif self._native["use"] and (x.is_cuda or self._native["require"]):
             y = native_linear(x, self.weight, self.recipe, getattr(self, "delayed", None))
         else:
@@ -129,7 +142,9 @@ def _swap_linears(
         if isinstance(child, nn.Linear) and not isinstance(child, LowPrecisionLinear):
             runner = _fresh_runner(te)  # each layer its own TE module (its own delayed-scaling history)
             native = (choice.backend == "native", choice.require)
-            setattr(module, name, LowPrecisionLinear.wrap(child, recipe, runner, choice.require and te is not None, native))
+            torchao = (choice.backend == "torchao", choice.require)
+            setattr(module, name, LowPrecisionLinear.wrap(child, recipe, runner, choice.require and te is not None, native,
+                                                          torchao))
             swapped += 1
         elif not hasattr(child, "gmm"):
             swapped += _swap_linears(child, recipe, choice, te, skip)
@@ -168,6 +183,14 @@ def resolve_backend(cfg: PrecisionConfig, mode: str, shape_only: bool = False) -
         return BackendChoice("none", why="bf16 GEMMs are plain (autocast) matmuls")
     if cfg.backend == "emulate":
         return BackendChoice("emulate", why="precision.backend=emulate")
+    if cfg.backend == "torchao":
+        torchao_why = None if shape_only else torchao_status(cfg, mode)
+        if torchao_why:
+            raise RuntimeError(
+                f"model.moe.precision.backend=torchao, but {torchao_why}. "
+                "Use backend=native (our fp8 path), auto or emulate."
+            )
+        return BackendChoice("torchao", require=not shape_only, why="precision.backend=torchao")
     te_why = cfg.te_unsupported_reason(mode) or te_status(cfg, mode)
     if cfg.backend == "te":
         if te_why and not shape_only:
@@ -218,6 +241,7 @@ def apply_precision(model: nn.Module, cfg: PrecisionConfig) -> dict[str, int]:
             module.gmm = LowPrecisionGroupedMM(
                 expert, _n_experts(module), _expert_sites(module), _fresh_runner(runners[cfg.expert]),
                 c.require and c.backend == "te", c.backend == "native", c.require and c.backend == "native",
+                (c.backend == "torchao", c.require and c.backend == "torchao"),
             )  # fmt: skip
             counts["routed_experts"] += 1
         shared = getattr(module, "shared", None)

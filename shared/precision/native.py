@@ -11,9 +11,12 @@ A linear layer's three GEMMs (forward Y = X Wᵀ, Dgrad dX = dY W, Wgrad dW = dY
 both operands along their own reduction dimension, as in `shared.precision.matmul`; operands whose
 fp8 values do not depend on the direction (per-tensor scales, 128×128 weight blocks, delayed
 scaling) are quantised once and reused by the backward. Batches of GEMMs (the routed experts,
-zero-padded to one batch by `lp_grouped_linear`) run as one `torch._scaled_grouped_mm` call
-where the installed torch has it and the scales are per row (tensor, row, delayed), else one
-`torch._scaled_mm` per expert. Dimensions are zero-padded to the kernels' alignment (16; K to 512
+with per-row scales (`fp8_granularity: row`) run on the ragged path (`ragged_fp8`): every expert's
+rows in one 2-D operand, groups aligned to 16 rows, one `torch._scaled_grouped_mm` with offsets per
+GEMM, fused quantisers and the weights' fp8 layouts cached once per optimizer step. Other recipes'
+batches (zero-padded to one batch by `lp_grouped_linear`) run as one 3-D × 3-D
+`torch._scaled_grouped_mm` call where the scales are per tensor, else one `torch._scaled_mm` per
+expert. Dimensions are zero-padded to the kernels' alignment (16; K to 512
 for 128×128 blocks, whose scale rows cuBLAS wants in groups of four), which changes no tile and no
 scale. Outputs are bf16 on CUDA (as TE's), fp32 elsewhere.
 
@@ -42,10 +45,14 @@ from shared.precision.native_quant import (
     scale_layout,
     spec_kind,
 )
+from shared.precision.ragged_fp8 import ragged_fp8_grouped_linear, ragged_supports
 from shared.precision.recipe import GemmRecipe, gemm_recipe
+from shared.precision.weight_cache import WeightQuantCache
 
 # (CUDA device, scale kind) -> whether the probe's `torch._scaled_grouped_mm` agreed with the emulation
 _GROUPED_OK: dict[tuple[int, str], bool] = {}
+# CUDA device -> whether the probe's ragged row-wise grouped GEMM (offsets form) agreed with the emulation
+_RAGGED_OK: dict[int, bool] = {}
 # CUDA device -> how per-tensor scales are passed to `torch._scaled_mm` there (the first of
 # `TENSOR_SCALE_FORMS` the probe found working); the 0-dim form until a probe has run
 _TENSOR_FORM: dict[int, str] = {}
@@ -155,10 +162,23 @@ def native_linear(x, w, recipe: GemmRecipe, state: DelayedScalingState | None = 
     return lp_linear(x, w, recipe, state, bmm=NativeFp8Bmm.apply)
 
 
-def native_grouped_linear(x, w, counts, recipe: GemmRecipe, state: DelayedScalingState | None = None):
-    """`lp_grouped_linear` on fp8 tensor cores (rows of x sorted by expert, w (E, N, K))."""
+def native_grouped_linear(
+    x, w, counts, recipe: GemmRecipe, state: DelayedScalingState | None = None, cache: WeightQuantCache | None = None
+):
+    """`lp_grouped_linear` on fp8 tensor cores (rows of x sorted by expert, w (E, N, K)): the ragged
+    path where the recipe is per-row and the probe passed (`grouped_path`), else padded batches."""
     _check_cuda(x, w)
+    if grouped_path(recipe, w, state) == "ragged":
+        return ragged_fp8_grouped_linear(x, w, counts, recipe, cache, site=f"{w.shape[1]}x{w.shape[2]}")
     return lp_grouped_linear(x, w, counts, recipe, state, bmm=NativeFp8Bmm.apply)
+
+
+def grouped_path(recipe: GemmRecipe, w: torch.Tensor, state: DelayedScalingState | None = None) -> str:
+    """How a native grouped GEMM of weight `w` runs: ragged (offsets, one call per GEMM) or padded."""
+    if state is None and ragged_supports(recipe, w.shape[1], w.shape[2]) is None:
+        if w.device.type != "cuda" or _RAGGED_OK.get(w.device.index or 0):
+            return "ragged"
+    return "padded"
 
 
 def native_status(cfg: PrecisionConfig, mode: str) -> str | None:
@@ -209,7 +229,29 @@ def _probe(granularity: str, grad_format: str, device: int) -> str | None:
         _GROUPED_OK[(device, kind)] = True
         if _compare(recipe, operands[1:]):
             _GROUPED_OK[(device, kind)] = False  # one torch._scaled_mm per expert instead
+    if ragged_supports(recipe, 256, 256) is None:
+        _RAGGED_OK[device] = not _compare_ragged(recipe, dev, gen)  # padded batches instead
     return None
+
+
+def _compare_ragged(recipe: GemmRecipe, dev: torch.device, gen: torch.Generator) -> str:
+    """'' when the ragged grouped GEMM (uneven groups, an empty one, dropped rows) agrees with the emulation."""
+    counts = [40, 0, 7, 77]
+    x, w = torch.randn(sum(counts) + 5, 256, device=dev, generator=gen), torch.randn(4, 384, 256, device=dev, generator=gen)
+    dy = torch.randn(x.shape[0], 384, device=dev, generator=gen)
+
+    def run(fn):
+        xx, ww = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = fn(xx, ww)
+        y.backward(dy)
+        return y.detach().float(), xx.grad.float(), ww.grad.float()
+
+    try:
+        got = run(lambda xx, ww: ragged_fp8_grouped_linear(xx, ww, torch.tensor(counts, device=dev), recipe))
+    except (RuntimeError, NotImplementedError, ValueError) as exc:
+        return f"refused ({str(exc).splitlines()[0][:300]})"
+    want = run(lambda xx, ww: lp_grouped_linear(xx, ww, counts, recipe))
+    return _disagreement(got, want)
 
 
 def _compare(recipe: GemmRecipe, operands) -> str:

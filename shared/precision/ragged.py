@@ -92,6 +92,11 @@ def reference_scaled_grouped_mm(
     - 2-D × 2-D: a (N, M), b (M, K), scale_a (G·N,), scale_b (G·K,) -> (G, N, K), group g the
       product over its columns of a / rows of b; an empty group's block is NaN (not written).
     """
+    with torch.autocast(a.device.type, enabled=False):  # the kernel accumulates in fp32 under autocast too
+        return _reference(a, b, scale_a, scale_b, offs)
+
+
+def _reference(a, b, scale_a, scale_b, offs):
     ends = [int(e) for e in offs.tolist()]
     starts = [0, *ends[:-1]]
     af, bf = a.float(), b.float()

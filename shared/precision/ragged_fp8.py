@@ -59,32 +59,30 @@ class RaggedFp8GroupedLinear(torch.autograd.Function):
         xq, xs = rows(layout.scatter(x), recipe.x.fmt, recipe.x.stochastic)
         wq, ws = cache.get(f"{site}.fwd", w, lambda t: rows(t, recipe.w.fmt))  # (E, N, K), (E, N)
         y = scaled_grouped_mm(xq, wq.transpose(1, 2), xs, ws, layout.offs)
-        ctx.recipe, ctx.cache, ctx.site = recipe, cache, site
+        ctx.recipe, ctx.n_groups, ctx.padded_rows = recipe, w.shape[0], layout.padded_rows
         ctx.dtypes = (x.dtype, w.dtype)
-        # the Wgrad layout of x (per expert and column, along tokens) is only needed if W trains
+        # Dgrad's layout of W (along N) comes from the cache now, so the backward keeps no fp32
+        # weight alive; the Wgrad layout of x (per expert and column, along tokens) only if W trains
+        wtq = wts = x_cols = x_col_scales = None
+        if ctx.needs_input_grad[0]:  # W along N: rows of wᵀ (E, K, N), the kernel's (E, N, K) column-major operand
+            wtq, wts = cache.get(f"{site}.dgrad", w, lambda t: rows(t.transpose(1, 2).contiguous(), recipe.w.fmt))
         if ctx.needs_input_grad[1]:
             x_cols, x_col_scales = cols(layout.scatter(x), layout.group_of_row, w.shape[0], recipe.x.fmt)
-        else:
-            x_cols = x_col_scales = None
-        ctx.padded_rows = layout.padded_rows
-        ctx.save_for_backward(w, x_cols, x_col_scales, *_layout_tensors(layout))
+        ctx.save_for_backward(wtq, wts, x_cols, x_col_scales, *_layout_tensors(layout))
         return layout.gather(y).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        w, x_cols, x_col_scales, *layout_tensors = ctx.saved_tensors
+        wtq, wts, x_cols, x_col_scales, *layout_tensors = ctx.saved_tensors
         r, layout = ctx.recipe, AlignedLayout(*layout_tensors, ctx.padded_rows)
         rows, cols = quantizer("rows", dy.device), quantizer("group_columns", dy.device)
         dy_pad = layout.scatter(dy.contiguous())
         dx = dw = None
         if ctx.needs_input_grad[0]:
             dyq, dys = rows(dy_pad, r.grad.fmt, r.grad.stochastic)
-            # W along N: rows of wᵀ (E, K, N); as the kernel's (E, N, K) column-major operand
-            wtq, wts = ctx.cache.get(f"{ctx.site}.dgrad", w, lambda t: rows(t.transpose(1, 2).contiguous(), r.w.fmt))
             dx = layout.gather(scaled_grouped_mm(dyq, wtq.transpose(1, 2), dys, wts, layout.offs)).to(ctx.dtypes[0])
         if ctx.needs_input_grad[1]:
-            n_groups, n_out, n_in = w.shape
-            dyc, dycs = cols(dy_pad, layout.group_of_row, n_groups, r.grad.fmt, r.grad.stochastic)
+            dyc, dycs = cols(dy_pad, layout.group_of_row, ctx.n_groups, r.grad.fmt, r.grad.stochastic)
             a = dyc.t().contiguous()  # (N, rows) row-major
             b = x_cols.t().contiguous().t()  # (rows, K) column-major
             dw = scaled_grouped_mm(a, b, dycs.reshape(-1), x_col_scales.reshape(-1), layout.offs)
