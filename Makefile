@@ -37,13 +37,16 @@ test-gpu: install
 	$(VENV)/bin/pytest -m gpu $(PYTEST_FLAGS)
 
 ## wheels a lent GPU machine's CUDA image lacks (it has torch, triton, transformers, pytest; no
-## registry): pydantic for the config, typer for `moelab doctor`; scripts/gpu_checks.sh installs
+## registry): pydantic for the config, typer for `moelab doctor`, torchao for the fp8 experts' peer
+## (`precision.backend: torchao`, scripts/gpu/fp8_experts.py); scripts/gpu_checks.sh installs
 ## them there from .gpu-wheels/ (docs/gpu-checks.md)
 gpu-wheels: install
 	$(PY) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .gpu-wheels \
 		"pydantic==$$($(PY) -c 'import pydantic; print(pydantic.VERSION)')" \
 		"typer==$$($(PY) -c 'import importlib.metadata as m; print(m.version("typer"))')"
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 -d .gpu-wheels "torchao==0.18.0"
 	$(PY) -c 'from shared.provenance import write_commit_file; print("commit:", write_commit_file().read_text().strip())'
 
 lint: install

@@ -15,7 +15,7 @@ import torch
 from tests.benchmark_run import run_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "backbone", "trainer", "export"]
+STEPS = ["gpu_tests", "doctor", "moe_layer", "train_step", "fp8", "fp8_experts", "backbone", "trainer", "export"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU behaviour; on a GPU run the script itself")
@@ -31,7 +31,7 @@ def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_canno
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [s["step"] for s in summary["steps"]] == STEPS
     assert all(s["seconds"] <= s["limit"] for s in summary["steps"])
-    assert summary["failed"] == ["moe_layer", "train_step", "fp8", "backbone"]
+    assert summary["failed"] == ["moe_layer", "train_step", "fp8", "fp8_experts", "backbone"]
     tests_log = (tmp_path / "gpu_tests.log").read_text()
     assert " skipped" in tests_log and "failed" not in tests_log and "error" not in tests_log.lower()
     assert "tests/shared/precision/test_native.py" in tests_log and "tests/shared/plan/test_memory.py" in tests_log
@@ -39,7 +39,7 @@ def test_gpu_checks_script_runs_every_step_time_boxed_and_records_why_each_canno
     assert doctor["versions"]["torch"] == torch.__version__ and doctor["gpus"] == []
     assert (tmp_path / "moelab-home" / "peak.json").exists()  # the measured peak comes back with the results
     assert "--gpu needs a CUDA device" in (tmp_path / "moe_layer.log").read_text()
-    for name in ("train_step", "fp8", "backbone"):
+    for name in ("train_step", "fp8", "fp8_experts", "backbone"):
         assert "--device cuda needs a CUDA device" in (tmp_path / f"{name}.log").read_text()
         assert not (tmp_path / f"{name}.json").exists()
     trainer = json.loads((tmp_path / "trainer.json").read_text())  # the real trainer, tiny on CPU
@@ -83,6 +83,7 @@ def test_gpu_fp8_benchmark_trains_every_run_on_the_same_batches_and_reports_its_
     r = run_benchmark("gpu_fp8.py", "--device", "cpu", "--quick")
     assert set(r["tokens_per_s"]) == {"bf16", "bf16_seed1", "fp8_block", "fp8_row"}
     assert r["backends"]["fp8_block"]["expert"]["backend"] == "emulate"  # native refuses a CPU machine
+    assert "backend=torchao, but" in r["errors"]["fp8_row_torchao"]  # the peer needs torchao and a GPU: left out
     assert "native: no CUDA device" in r["backends"]["fp8_block"]["expert"]["why"]
     assert all(len(v) == r["steps"] - 1 for v in r["losses"].values())
     assert r["losses"]["bf16"][0] == pytest.approx(r["losses"]["fp8_block"][0], rel=0.02)  # same init, same batch
