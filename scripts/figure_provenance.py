@@ -14,9 +14,13 @@ A figure is a number with a decimal point, or a number followed by `×` or `%` (
 `20.4%`, `0.0304`); integers (counts, sizes, config values) and anything in a code span or code
 block are not figures. A figure matches a value when the value rounds to it at the precision the
 doc shows (also as a percentage, and in thousands for a `k` suffix); a range `0.35–0.38` is two
-figures. The match is by value over all the files, so a figure that happens to equal some value of
-an unrelated file passes: the check catches figures no run wrote and figures of stale runs, not a
-figure attributed to the wrong file (the benchmarks page and the guides' links do that).
+figures. Where a figure may come from depends on what its text names: a table row or list item that
+names result files (a path or file name, in prose, a code span or a link target) is matched only
+against those files, a folder standing for every file under it; one that names none, against the
+files its paragraph names; a paragraph that names none, against every file. That last, global match
+lets a figure pass by coincidence (a file of hundreds of two-decimal values matches almost any
+two-decimal number), so the run counts the figures that rely on it. A name that is no result file
+(`stats.json` of a user's run, a guide) does not narrow the match.
 
 Honest exceptions are written in the doc, where a reader sees them, never in this script. A
 paragraph (text between blank lines; a table is one paragraph) may carry:
@@ -99,6 +103,11 @@ VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|lm-e
 STALE = re.compile(r"\(stale: `?([\w./\-]+)`? ran on `?([0-9a-f]{7,40})`?\)")
 UNCHECKABLE = re.compile(r"\(code not checkable: tree `?([0-9a-f]{7,40})`?\)")
 SOURCE_NOTE = re.compile(r"\(source: [^)]+\)")
+# What a paragraph may name a result file or folder by: a path (with a slash; a folder when it has no
+# file suffix) or a bare file name with a result file's suffix. Names that resolve to no source are ignored.
+NAMED = re.compile(r"(?<![\w.\-/])(?:\.\.?/)*([\w\-][\w.\-]*(?:/[\w.\-]+)+/?|[\w\-][\w.\-]*\.(?:json|jsonl|log|txt))")
+FILE_SUFFIXES = (".json", ".jsonl", ".log", ".txt", ".md")
+ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
 
 
 @dataclass
@@ -127,6 +136,7 @@ class Report:
     checked: int = 0
     stale_marked: int = 0
     untied_transcripts: int = 0  # console blocks that name no transcript file
+    global_matched: int = 0  # figures found in some file, their paragraph naming none
     uncheckable: int = 0
     source_noted: int = 0
 
@@ -169,6 +179,32 @@ def paragraphs(text: str) -> list[tuple[int, str]]:
     if block:
         out.append((start, "\n".join(block)))
     return out
+
+
+def units(block: str) -> list[str]:
+    """A paragraph's table rows and list items, each on its own (a continuation line joins its item);
+    text before the first row or item is one unit."""
+    out: list[list[str]] = []
+    for line in block.splitlines():
+        if line.lstrip().startswith("|") or ITEM.match(line) or not out or out[-1][0].lstrip().startswith("|"):
+            out.append([line])
+        else:
+            out[-1].append(line)
+    return ["\n".join(u) for u in out]
+
+
+def _refers_to(ref: str, path: str) -> bool:
+    """Whether a name written in a doc is the source `path` (a file name or path ending it) or a folder above it."""
+    if ref.endswith(FILE_SUFFIXES):
+        return path == ref or path.endswith("/" + ref)
+    return ("/" + path).find("/" + ref.strip("/") + "/") >= 0
+
+
+def named_sources(text: str, sources: list[Source]) -> list[Source]:
+    """The sources `text` names, in source order (empty when it names none)."""
+    refs = {m.group(1) for m in NAMED.finditer(text)}
+    refs = {r for r in refs if "/" in r or not r.endswith(".md")}  # a bare `README.md` is a guide, not a report
+    return [s for s in sources if any(_refers_to(r, s.path) for r in refs)]
 
 
 def _numbers(obj) -> list[float]:
@@ -296,36 +332,62 @@ def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> No
         stale_marks = STALE.findall(para)
         trees = {t[:7] for t in UNCHECKABLE.findall(para)}
         noted = bool(SOURCE_NOTE.search(para))
-        for fig in figures_in(para):
-            report.checked += 1
-            hits = [s for s in sources if found_in(fig, s)]
-            if any(not _is_gpu(s) and not s.stale_since for s in hits):
-                continue
-            if any(s.commit and _names(f, s.path) and (c.startswith(s.commit) or s.commit.startswith(c))
-                   for s in hits for f, c in stale_marks):
-                report.stale_marked += 1
-                continue
-            if any(_is_gpu(s) and tree_of((root / s.path).parent) in trees for s in hits):
-                report.uncheckable += 1
-                continue
-            if noted:
-                report.source_noted += 1
-                continue
-            where = f"{rel}:{line}: {fig.text}"
-            gpu = [s for s in hits if _is_gpu(s)]
-            if not hits:
-                report.failures.append(f"{where} is in no result or transcript file; quote what a committed command "
-                                       "wrote, or say where it comes from with (source: …)")
-            elif gpu:
-                s = gpu[0]
-                tree = tree_of((root / s.path).parent) or "<id>"
-                report.failures.append(f"{where} comes from a GPU run ({s.path}) whose code is not in the repository; "
-                                       f"mark the paragraph (code not checkable: tree {tree})")
-            else:
-                s = hits[0]
-                report.failures.append(f"{where} comes from {s.path}, written on {s.commit} before the code it "
-                                       f"measures changed ({s.stale_since}); rerun it, or mark the paragraph "
-                                       f"(stale: {s.path} ran on {s.commit})")
+        para_named = named_sources(para, sources)
+        for offset, unit in _with_offsets(para):
+            named = named_sources(unit, sources) or para_named
+            for fig in figures_in(unit):
+                report.checked += 1
+                _check_figure(fig, f"{rel}:{line + offset}: {fig.text}", named, sources, stale_marks, trees, noted,
+                              root, report)
+
+
+def _with_offsets(para: str) -> list[tuple[int, str]]:
+    """Each unit of a paragraph with its first line's offset from the paragraph's first line."""
+    out, at = [], 0
+    for u in units(para):
+        out.append((at, u))
+        at += u.count("\n") + 1
+    return out
+
+
+def _check_figure(fig: Figure, where: str, named: list[Source], sources: list[Source], stale_marks: list[tuple[str, str]],
+                  trees: set[str], noted: bool, root: Path, report: Report) -> None:
+    """One figure against the files its text names (every file when it names none), then the paragraph's marks."""
+    hits = [s for s in (named or sources) if found_in(fig, s)]
+    if any(not _is_gpu(s) and not s.stale_since for s in hits):
+        if not named:
+            report.global_matched += 1
+        return
+    if any(s.commit and _names(f, s.path) and (c.startswith(s.commit) or s.commit.startswith(c))
+           for s in hits for f, c in stale_marks):
+        report.stale_marked += 1
+        return
+    if any(_is_gpu(s) and tree_of((root / s.path).parent) in trees for s in hits):
+        report.uncheckable += 1
+        return
+    if noted:
+        report.source_noted += 1
+        return
+    gpu = [s for s in hits if _is_gpu(s)]
+    if not hits and named:
+        elsewhere = [s.path for s in sources if found_in(fig, s)]
+        files = ", ".join(s.path for s in named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+        report.failures.append(f"{where} is in none of the files its text names ({files})"
+                               + (f"; it is in {', '.join(elsewhere[:3])}: cite the file it comes from" if elsewhere
+                                  else "; quote what a committed command wrote, or say where it comes from with (source: …)"))
+    elif not hits:
+        report.failures.append(f"{where} is in no result or transcript file; quote what a committed command "
+                               "wrote, or say where it comes from with (source: …)")
+    elif gpu:
+        s = gpu[0]
+        tree = tree_of((root / s.path).parent) or "<id>"
+        report.failures.append(f"{where} comes from a GPU run ({s.path}) whose code is not in the repository; "
+                               f"mark the paragraph (code not checkable: tree {tree})")
+    else:
+        s = hits[0]
+        report.failures.append(f"{where} comes from {s.path}, written on {s.commit} before the code it "
+                               f"measures changed ({s.stale_since}); rerun it, or mark the paragraph "
+                               f"(stale: {s.path} ran on {s.commit})")
 
 
 def run(root: Path = ROOT, docs: tuple[str, ...] | None = None) -> Report:
@@ -347,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"figure provenance: {report.checked} figures in {len(docs)} docs; "
           f"{len(report.failures)} unproduced or stale; accepted as marked: {report.stale_marked} stale, "
           f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source; "
-          f"{report.untied_transcripts} console block(s) tied to no transcript file")
+          f"{report.untied_transcripts} console block(s) tied to no transcript file; "
+          f"{report.global_matched} figure(s) matched against every file, their paragraph naming none")
     return 1 if report.failures else 0
 
 

@@ -129,3 +129,48 @@ def test_the_checked_docs_of_this_repository_pass():
     fp._last_commit.cache_clear()
     report = fp.run()
     assert report.failures == [], "\n".join(report.failures)
+
+
+@pytest.fixture
+def two_files(repo: Path) -> Path:
+    (repo / "benchmarks" / "results" / "data_filter.json").write_text(json.dumps({"ratio": 3.0812, "share": 0.4417}))
+    _commit(repo, "a second result", when=1_100)
+    return repo
+
+
+def test_a_planted_wrong_citation_fails_naming_the_file_that_holds_the_figure(two_files):
+    """A paragraph that names a result file is matched against that file only: 3.08× is in
+    data_filter.json, so citing the MoE-layer file for it fails, and says where it is."""
+    wrong = _check(two_files, "Our filter runs at 3.08× datatrove (`benchmarks/results/moe_layer.native.json`).\n")
+    assert len(wrong.failures) == 1
+    assert "none of the files its text names (benchmarks/results/moe_layer.native.json)" in wrong.failures[0]
+    assert "it is in benchmarks/results/data_filter.json" in wrong.failures[0]
+    right = _check(two_files, "Our filter runs at 3.08× datatrove ([data_filter.json](benchmarks/results/data_filter.json)).\n")
+    assert right.failures == [] and right.global_matched == 0
+
+
+def test_a_paragraph_naming_no_file_matches_every_file_and_is_counted(two_files):
+    report = _check(two_files, "Our filter runs at 3.08× datatrove and the layer at 1.83×.\n")
+    assert report.failures == [] and report.global_matched == 2
+
+
+def test_a_table_row_or_list_item_naming_a_file_narrows_its_own_figures(two_files):
+    table = ("Both runs (`moe_layer.native.json`):\n"
+             "| run | figure |\n|---|---:|\n| layer | 1.83× |\n| filter (`data_filter.json`) | 3.08× |\n")
+    assert _check(two_files, table).failures == []  # the second row cites its own file
+    swapped = table.replace("| layer | 1.83× |", "| layer (`data_filter.json`) | 1.83× |")
+    assert len(_check(two_files, swapped).failures) == 1
+    items = "Runs, from `moe_layer.native.json`:\n- the layer, 1.83×\n- the filter, 3.08×\n  (`data_filter.json`)\n"
+    assert _check(two_files, items).failures == []
+    assert len(_check(two_files, items.replace("3.08×", "0.44 and 3.08×").replace("(`data_filter.json`)", "")).failures) == 2
+
+
+def test_a_named_folder_stands_for_every_file_under_it(two_files):
+    assert _check(two_files, "From benchmarks/results/: 3.08× and 1.83×.\n").failures == []
+    assert len(_check(two_files, "From docs/gpu/: 3.08×.\n").failures) == 0  # no result file there: not a narrowing name
+    assert len(_check(two_files, "From `results/moe_layer.native.json` and `stats.json`: 0.44.\n").failures) == 1
+
+
+def test_units_split_table_rows_and_list_items_with_their_continuations():
+    block = "Lead text\nstill the lead\n| a | b |\n|---|---|\n- item one\n  goes on\n1. item two"
+    assert fp.units(block) == ["Lead text\nstill the lead", "| a | b |", "|---|---|", "- item one\n  goes on", "1. item two"]
