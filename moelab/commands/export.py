@@ -48,11 +48,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("import")
     def import_cmd(
-        hf_dir: str = typer.Argument(..., help="A folder written by `moelab export`."),
+        hf_dir: str = typer.Argument(..., help="A folder written by `moelab export`, or a compatible GLM-4-MoE, "
+                                     "DeepSeek-V3 or Llama folder (e.g. saved by transformers)."),
         out_run: str = typer.Argument(..., help="The moelab run folder to write (config.yaml, checkpoints/, tokenizer/)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT_RUN if it exists."),
     ) -> None:
-        """Read an exported folder back into a moelab run folder (its tensors equal the exported checkpoint's)."""
+        """Read an HF folder into a moelab run folder: an export comes back bit for bit; a third-party folder is
+        mapped from its config.json (refusing, by field, what moelab cannot represent) and checked against
+        transformers (logits within 1e-4, greedy equal) before anything is written."""
         from services.exporter.importer import ImportRefused, import_hf
 
         try:

@@ -55,9 +55,11 @@ def hf_greedy(hf: transformers.PreTrainedModel, prompt: list[int], n: int) -> li
 
 
 @torch.no_grad()
-def check_round_trip(model: MoETransformer, folder: Path, greedy_tokens: int = 16, atol: float = ATOL) -> RoundTrip:
-    """Compare `model` (eval mode) with the HF model written at `folder`; raises `RoundTripFailed`."""
-    hf = load_hf(folder)
+def check_round_trip(model: MoETransformer, folder: Path, greedy_tokens: int = 16, atol: float = ATOL,
+                     hf: transformers.PreTrainedModel | None = None, subject: str = "the exported model") -> RoundTrip:
+    """Compare `model` (eval mode) with the HF model at `folder` (`hf` when already loaded from it); raises
+    `RoundTripFailed`. The import of a third-party folder runs the same check the other way round."""
+    hf = load_hf(folder) if hf is None else hf.eval()
     batch = fixed_batch(model.cfg.vocab_size, model.cfg.max_seq_len)
     ours = model.eval()(batch)[0].float()
     theirs = hf(batch).logits.float()
@@ -68,7 +70,7 @@ def check_round_trip(model: MoETransformer, folder: Path, greedy_tokens: int = 1
     other = [hf_greedy(hf, p, n) for p in prompts]
     result = RoundTrip(diff, mine == other, n, list(batch.shape), mine, other)
     if diff > atol or not result.greedy_equal:
-        raise RoundTripFailed(f"{folder}: the exported model does not compute moelab's function: max |Δlogit| "
+        raise RoundTripFailed(f"{folder}: {subject} does not compute moelab's function: max |Δlogit| "
                               f"{diff:.3g} (allowed {atol:g}), greedy equal: {result.greedy_equal} "
                               f"(moelab {mine}, transformers {other}); nothing was written")
     return result

@@ -153,8 +153,10 @@ def _moe_to_hf(state: dict[str, Tensor], cfg: ModelConfig, i: int, bias: str, re
     return out
 
 
-def from_hf(hf: dict[str, Tensor], cfg: ModelConfig, arch: Architecture, restore: Restore) -> dict[str, Tensor]:
-    """The moelab state dict `to_hf` started from (bitwise, given its restore tensors)."""
+def from_hf(hf: dict[str, Tensor], cfg: ModelConfig, arch: Architecture, restore: Restore,
+            rope_interleave: bool = True) -> dict[str, Tensor]:
+    """The moelab state dict `to_hf` started from (bitwise, given its restore tensors). A third-party
+    DeepSeek-V3 folder with `rope_interleave: false` already has moelab's rotate-half layout: no permutation."""
     emb_m, logit_m = embedding_multiplier(cfg), logit_multiplier(cfg)
     state = {"tok_embeddings.weight": _unfold("embed", hf["model.embed_tokens.weight"], emb_m, restore)}
     final_scale = logit_m / emb_m if cfg.tie_embeddings else logit_m
@@ -168,7 +170,7 @@ def from_hf(hf: dict[str, Tensor], cfg: ModelConfig, arch: Architecture, restore
         state[dst + "ffn_norm.weight"] = hf[src + "post_attention_layernorm.weight"]
         for ours, theirs in attn_names.items():
             w = hf[f"{src}self_attn.{theirs}.weight"]
-            rows = _mla_rope_rows(cfg, ours) if arch is DEEPSEEK_V3 else None
+            rows = _mla_rope_rows(cfg, ours) if arch is DEEPSEEK_V3 and rope_interleave else None
             state[f"{dst}attn.{ours}.weight"] = _permute_rope_rows(w, *rows, inverse=True) if rows else w
         if not _is_moe_layer(cfg, i):
             for ours, theirs in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):

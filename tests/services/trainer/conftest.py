@@ -30,7 +30,7 @@ def doc_globs(tmp_path_factory):
     return train, held_out
 
 
-def tiny_cfg(tmp_path: Path, doc_globs, *overrides: str):
+def tiny_cfg(tmp_path: Path, doc_globs, *overrides: str, recipe: Path = ROOT / "configs" / "tiny.yaml"):
     train, held_out = doc_globs
     base = [
         f"mixture.documents=[{train}]", f"mixture.eval_documents=[{held_out}]", "mixture.use_ray=false", "mixture.rates={}",
@@ -41,4 +41,4 @@ def tiny_cfg(tmp_path: Path, doc_globs, *overrides: str):
         # the in-loop suite has its own tests (test_eval_suite.py); elsewhere it only adds seconds per eval
         "train.eval_suite.enabled=false",
     ]
-    return load_config(ROOT / "configs" / "tiny.yaml", [*base, *overrides])
+    return load_config(recipe, [*base, *overrides])

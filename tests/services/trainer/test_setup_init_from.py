@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from moelab.cli import app
@@ -17,6 +18,7 @@ from services.trainer.launch import run_local
 from services.trainer.setup import WorkerContext, set_up
 from shared.checkpoint import load_trained_model
 from shared.config.validation import check_config
+from tests.services.exporter.foreign_folders import foreign_folder
 from tests.services.trainer.conftest import ROOT, tiny_cfg
 from tests.shared.checkpoint.fake_run import make_run
 
@@ -51,6 +53,25 @@ def test_run_from_an_import_starts_at_step_0_with_its_weights_bitwise_and_a_fres
     ckpt = tmp_path / "runs" / "tiny" / "checkpoints" / "step_00000002"
     assert json.loads((ckpt / "meta.json").read_text())["optim_step"] == 2
     trained = load_trained_model(ckpt).model.state_dict()
+    assert _differing(trained, weights)  # it trained from there
+
+
+def test_a_transformers_made_glm4_moe_folder_imports_and_continues_pretraining(tmp_path, doc_globs):
+    imported = tmp_path / "imported"
+    import_hf(foreign_folder(tmp_path, "Glm4MoeForCausalLM"), imported)
+    recipe = tmp_path / "continue.yaml"  # tiny's training with the import's model section
+    model = yaml.safe_load((imported / "config.yaml").read_text())["model"]
+    recipe.write_text(yaml.safe_dump({"base": str(ROOT / "configs" / "tiny.yaml"), "model": model}))
+    cfg = tiny_cfg(tmp_path, doc_globs, f"train.init_from={imported}", "train.steps=2", "train.checkpoint_every=2",
+                   f"mixture.tokenizer.path={imported / 'tokenizer' / 'tokenizer.json'}", recipe=recipe)
+    assert [f for f in check_config(cfg) if f.error] == []
+    weights = load_trained_model(imported).model.state_dict()
+    w = set_up(cfg, CPU, resume=False)
+    w.bar.close()
+    assert w.start == 0 and _differing(w.model.state_dict(), weights) == []
+    result = run_local(cfg)
+    assert result["steps"] == 2 and torch.isfinite(torch.tensor(result["loss"]))
+    trained = load_trained_model(tmp_path / "runs" / "tiny").model.state_dict()
     assert _differing(trained, weights)  # it trained from there
 
 
