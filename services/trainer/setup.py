@@ -19,11 +19,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from services.trainer.bias_window import BiasUpdates
 from services.trainer.checkpoint import CheckpointManager
 from services.trainer.data import eval_loader, prepare_shards, train_loader, with_parquet_documents
 from services.trainer.health import RouterHealthMonitor
 from services.trainer.metrics import MetricsFile, Throughput
 from services.trainer.parallel import apply_block_options, global_param_sum, parallelize
+from services.trainer.router_cooldown import RouterCooldown
 from shared import tracking
 from shared.checkpoint import load_trained_model
 from shared.config import ExperimentConfig, save_resolved
@@ -67,6 +69,8 @@ class Worker:
     train_flops: float  # training FLOPs (forward + backward) per token
     tokens_per_step: int  # over every rank
     per_micro_batch: bool  # router biases move after every micro-batch, not after every step
+    bias_updates: BiasUpdates  # moves the biases from each update's loads, or from a window of them
+    router_cooldown: RouterCooldown  # scales the router's steps over the last steps (factor 1 when off)
     # the router and the routed experts are where small-batch MoE training breaks first: their own norms
     watched: dict[str, list[torch.nn.Parameter]]
     health: RouterHealthMonitor
@@ -76,8 +80,9 @@ class Worker:
 
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint holds beside model and optimizer state: enough to resume bitwise."""
+        window = self.bias_updates.state_dict()
         return {"data": self.loader.state_dict(), "tracker_run_id": self.run.id, "bad_steps": self.bad_total,
-                "optim_step": self.optimizer.step_count}
+                "optim_step": self.optimizer.step_count, **({"bias_window": window} if window else {})}
 
 
 def load_initial_weights(model: MoETransformer, path: str) -> Path:
@@ -130,6 +135,7 @@ def set_up(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool) -> Worker:
 
     ckpt = CheckpointManager(out / "checkpoints", keep_last=tc.keep_last)
     start, run_id, bad_total = 0, None, 0
+    bias_updates = BiasUpdates(model, cfg.model.moe.balance.bias_update_window_tokens)
     latest = ckpt.latest() if resume else None
     if resume and latest is None:
         log.warning("--resume: no checkpoint under %s, starting from step 0", ckpt.root)
@@ -138,6 +144,7 @@ def set_up(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool) -> Worker:
         optimizer.step_count = meta["optim_step"]
         loader.load_state_dict(meta["data"])
         start, run_id, bad_total = meta["step"], meta.get("tracker_run_id"), meta.get("bad_steps", 0)
+        bias_updates.load_state_dict(meta.get("bias_window", {}))
 
     run = tracking.init(config=cfg, name=tc.run_name or cfg.name, tags=["train", cfg.model.ffn, *tc.tags], id=run_id,
                         mode=cfg.tracker.mode if is_main else "disabled")
@@ -159,5 +166,7 @@ def set_up(cfg: ExperimentConfig, ctx: WorkerContext, resume: bool) -> Worker:
     return Worker(cfg=cfg, ctx=ctx, out=out, model=model, counts=counts, optimizer=optimizer, autocast=autocast,
                   loader=loader, held_out=held_out, ckpt=ckpt, run=run, start=start, bad_total=bad_total,
                   last_good=str(latest) if latest else None, peak_flops=peak, train_flops=train_flops,
-                  tokens_per_step=tokens_per_step, per_micro_batch=per_micro_batch, watched=watched, health=health,
+                  tokens_per_step=tokens_per_step, per_micro_batch=per_micro_batch, bias_updates=bias_updates,
+                  router_cooldown=RouterCooldown(model, cfg.model.moe.balance.router_lr_cooldown, tc.steps),
+                  watched=watched, health=health,
                   history=history, bar=bar, speed=speed)

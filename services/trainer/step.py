@@ -9,8 +9,9 @@
   `discard` drops a bad step's gradients and router loads.
 - `apply_update`: gradients finished over every shard (expert-gradient scaling, the global norm
   and clipping), delayed fp8 amaxes synced, the watched parts' gradient norms taken before the
-  step (clipping rescales them), the optimizer step, then, with per-step bias updates, the
-  aux-loss-free router-bias update from loads summed over all ranks.
+  step (clipping rescales them), the optimizer step (the router's change scaled by its cooldown
+  factor, `router_cooldown.py`), then, with per-step bias updates, the aux-loss-free router-bias
+  update from loads summed over all ranks (or summed further over a token window, `bias_window.py`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def forward_backward(w: Worker, step: int) -> MicroBatches:
         ((loss + aux["aux_loss"]) / tc.grad_accum).backward()
         if w.per_micro_batch:  # after the backward: a recomputed forward must route as the first did
             sync_router_loads(w.model)
-            w.model.update_router_biases(w.tokens_per_step / tc.grad_accum)
+            w.bias_updates(w.tokens_per_step / tc.grad_accum)
         loss_sum += float(loss.detach()) / tc.grad_accum
         aux_sum += float(aux["aux_loss"].detach()) / tc.grad_accum
         tally.add(aux["layers"])
@@ -88,9 +89,14 @@ def apply_update(w: Worker) -> dict[str, float]:
     sync_delayed_amaxes(w.model)
     part_norms = {f"grad_norm/{part}": float(w.optimizer.grad_norm(ps)) for part, ps in w.watched.items()
                   if all(p.grad is not None for p in ps)}  # before the step: clipping rescales grads
+    step = w.optimizer.step_count  # the schedule's step: skipped steps do not count
+    router_before = w.router_cooldown.before_step(step)
     opt_stats = {**w.optimizer.step(), **part_norms}
+    w.router_cooldown.after_step(step, router_before)
+    if w.router_cooldown.fraction:
+        opt_stats["router_lr_factor"] = w.router_cooldown.factor(step)
     w.optimizer.zero_grad()
     if not w.per_micro_batch:
         sync_router_loads(w.model)
-        w.model.update_router_biases(w.tokens_per_step)
+        w.bias_updates(w.tokens_per_step)
     return opt_stats

@@ -27,6 +27,17 @@ class BalanceConfig(Section):
     bias_update_every: Literal["step", "micro_batch"] = Field(
         "step", description="Apply the bias update after every optimizer step, or after every micro-batch's backward."
     )
+    bias_update_window_tokens: int = Field(
+        0, ge=0, le=1 << 30, description="0: the bias moves after every update (`bias_update_every`) from that update's "
+        "loads. N: loads are summed over updates until they cover at least N routed tokens, then the bias takes one "
+        "step from the sum, as a batch of N tokens would give it (a step chasing each single sequence is what leaves "
+        "a frozen router unbalanced). Must cover at least one update's tokens.",
+    )
+    router_lr_cooldown: float = Field(
+        0.0, ge=0.0, le=0.5, description="Fraction of the final optimizer steps over which the router's learning "
+        "rate falls linearly to 0 (0 = off): the router stops drifting while the bias keeps balancing it, so the "
+        "bias a run ends with fits the router it ends with.",
+    )
     eval_bias: Literal["live", "average"] = Field(
         "average", description="The bias the router selects with in eval mode (held-out evals, inference). live: the bias "
         "as last updated; average: its exponential moving average over bias updates, which leaves out the swing "

@@ -36,7 +36,7 @@ class Finding:
 def check_config(cfg: ExperimentConfig) -> list[Finding]:
     """Every problem found in `cfg` and the files it names, errors and warnings alike."""
     return [*_check_shapes(cfg), *_check_inputs(cfg), *_check_rates(cfg), *_check_tokenizer(cfg), *_check_init_from(cfg),
-            *_check_precision_backend(cfg)]
+            *_check_balance(cfg), *_check_precision_backend(cfg)]
 
 
 def _check_shapes(cfg: ExperimentConfig) -> list[Finding]:
@@ -48,6 +48,26 @@ def _check_shapes(cfg: ExperimentConfig) -> list[Finding]:
     if tok.path is None and tok.vocab_size > cfg.model.vocab_size:
         out.append(Finding("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the tokenizer to be trained "
                            f"(mixture.tokenizer.vocab_size={tok.vocab_size}); token ids would overflow the embedding"))
+    return out
+
+
+def _check_balance(cfg: ExperimentConfig) -> list[Finding]:
+    """A bias window must hold more than one update's tokens (else it changes nothing) and fewer than the
+    run trains on (else the bias never moves); a router-LR cooldown must cover at least one step."""
+    bal, tc, out = cfg.model.moe.balance, cfg.train, []
+    window = bal.bias_update_window_tokens
+    per_update = tc.micro_batch_size * tc.seq_len * tc.workers * (1 if bal.bias_update_every == "micro_batch" else tc.grad_accum)
+    total = tc.micro_batch_size * tc.seq_len * tc.workers * tc.grad_accum * tc.steps
+    if window and window <= per_update:
+        out.append(Finding("model.moe.balance.bias_update_window_tokens", f"{window:,} tokens is no more than one bias "
+                           f"update's {per_update:,} (bias_update_every={bal.bias_update_every}): the window changes "
+                           "nothing; set 0 or a longer window"))
+    if window > total:
+        out.append(Finding("model.moe.balance.bias_update_window_tokens", f"{window:,} tokens is more than the run "
+                           f"trains on ({total:,}): the bias would never move"))
+    if bal.router_lr_cooldown and round(bal.router_lr_cooldown * tc.steps) < 1:
+        out.append(Finding("model.moe.balance.router_lr_cooldown", f"{bal.router_lr_cooldown} of {tc.steps} steps is "
+                           "less than one step: no step would cool down"))
     return out
 
 

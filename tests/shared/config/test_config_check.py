@@ -92,3 +92,23 @@ def test_vocab_size_is_checked_against_an_existing_tokenizer(tmp_path):
     assert [f.field for f in errors] == ["model.vocab_size"] and str(vocab) in errors[0].message
     assert not [f for f in check_config(load_config(None, [f"mixture.tokenizer.path={tmp_path}/tok",
                                                            f"model.vocab_size={vocab}"])) if f.error]
+
+
+def test_bias_window_and_router_cooldown_are_checked_against_the_run(tmp_path):
+    """The training-time balance arms: a bias window over one update's tokens or over the whole run,
+    and a router-LR cooldown shorter than one step, are refused naming the field; sane values pass."""
+    tiny = str(ROOT / "configs/tiny.yaml")  # 16 micro-batches of 1 × 128 tokens, bias after each, 200 steps
+    B = "model.moe.balance"
+    ok = runner.invoke(app, ["config", "check", tiny, f"{B}.bias_update_window_tokens=65536", f"{B}.router_lr_cooldown=0.15"])
+    assert ok.exit_code == 0, ok.output
+    one_update = runner.invoke(app, ["config", "check", tiny, f"{B}.bias_update_window_tokens=128"])
+    assert one_update.exit_code != 0 and "bias_update_window_tokens" in one_update.output
+    assert "no more than one bias update's 128" in one_update.output
+    per_step = check_config(load_config(tiny, [f"{B}.bias_update_every=step", f"{B}.bias_update_window_tokens=2048"]))
+    assert [f.field for f in per_step] == [f"{B}.bias_update_window_tokens"]  # a step is 2,048 tokens
+    whole_run = check_config(load_config(tiny, [f"{B}.bias_update_window_tokens=500000"]))
+    assert any("never move" in f.message for f in whole_run)  # 200 steps × 2,048 = 409,600 tokens
+    short = check_config(load_config(tiny, ["train.steps=3", f"{B}.router_lr_cooldown=0.1"]))
+    assert [f.field for f in short] == [f"{B}.router_lr_cooldown"]
+    for bad in (f"{B}.router_lr_cooldown=0.6", f"{B}.bias_update_window_tokens=-1"):
+        assert runner.invoke(app, ["config", "check", tiny, bad]).exit_code != 0
