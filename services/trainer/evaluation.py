@@ -5,7 +5,8 @@ Why the same batches: the loader is rewound to its start before each evaluation,
 evaluations differ only by the weights, and a curve of `eval/loss` is a curve of the model. The
 loss is averaged over ranks and the router loads summed over every batch and rank before MaxVio
 (Wang et al. 2024, Loss-Free Balancing: MaxVio_global = (max_i load_i − mean load) / mean load
-over the whole evaluation set), so N processes report what one process would.
+over the whole evaluation set), so N processes report what one process would. The same routing
+gives the frozen router's figures beside their floor (`router_frozen/*`, eval_frozen.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from services.trainer.eval_frozen import RoutingTap, frozen_router_metrics
 from services.trainer.parallel import mean_over_ranks
 from services.trainer.router_stats import RouterTally
 from shared.config.train import EvalSuiteConfig
@@ -31,11 +33,13 @@ def evaluate(model, loader, batches: int, device: torch.device) -> dict[str, flo
     model.eval()
     losses = []
     tally = RouterTally()
-    for _ in range(batches):
-        batch = next(loader)
-        _, aux = model(batch.inputs_BT.to(device), batch.targets_BT.to(device))
-        losses.append(float(aux["lm_loss"]))
-        tally.add(aux["layers"])
+    with RoutingTap(model) as tap:
+        for _ in range(batches):
+            batch = next(loader)
+            _, aux = model(batch.inputs_BT.to(device), batch.targets_BT.to(device))
+            losses.append(float(aux["lm_loss"]))
+            tally.add(aux["layers"])
+            tap.batch(batch.inputs_BT, batch.sources_B)
     model.train()
     tally.reduce()
     out = {"eval/loss": mean_over_ranks(sum(losses) / len(losses), device)}
@@ -43,6 +47,7 @@ def evaluate(model, loader, batches: int, device: torch.device) -> dict[str, flo
     if stats:
         out["eval/maxvio_global"] = max(s["maxvio"] for s in stats.values())
         out.update({f"eval/maxvio_global/layer{i}": s["maxvio"] for i, s in stats.items()})
+        out.update(frozen_router_metrics(tap, loader.mixture.eos_id))
     return out
 
 
