@@ -16,11 +16,16 @@ bias on the 131,072 tokens before those (`moelab router calibrate`) and reports 
 batches are measured against.
 
     .venv/bin/python benchmarks/router_balance.py                 # the 8-arm ladder, 2 seeds (~30 min idle)
+    .venv/bin/python benchmarks/router_balance.py --arms frozen --seeds 4 --calibrate \
+        --out benchmarks/results/router_balance_arms.json         # the frozen-router arms, paired seeds
     .venv/bin/python benchmarks/router_balance.py --quick         # 2 arms, 30 steps (smoke)
     .venv/bin/python benchmarks/router_balance.py --arm NAME=OVERRIDES ...   # your own arms
 
-The last output line is one JSON object: per arm its figures and overrides, and the recipe's balance
-settings. An arm's overrides come after the benchmark's own, so an arm may set the steps, the batch
+Arms are ranked by the frozen (with `--calibrate`, the calibrated) worst-layer MaxVio among those whose
+mean eval loss is within 0.01 of the first arm's, then the others; every arm's frozen figures and
+eval loss are also given as seed-by-seed differences from the first arm (same seed, same data),
+with the range over seeds. The last output line is one JSON object: per arm its figures and
+overrides, the recipe's balance settings, the commit and the machine. An arm's overrides come after the benchmark's own, so an arm may set the steps, the batch
 shape or the seed.
 """
 
@@ -39,6 +44,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(ROOT))
 
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402  (imports `tokenize`: after the path fix)
+
+from shared.data.atomic import atomic_write_json  # noqa: E402
+from shared.provenance import cpu_and_flags, tree_commit  # noqa: E402
 
 B = "model.moe.balance"
 # The ladder of docs/moe.md, from the shipped DeepSeek-V3 setting (the peer) to the tiny recipe, one
@@ -64,6 +72,15 @@ def _ladder() -> list[tuple[str, list[str]]]:
 
 
 ARMS = _ladder()
+# The training-time arms judged by the frozen router (docs/moe.md, *Which recipe balances frozen*): the
+# recipe, then one change each; every arm is also calibrated (`--calibrate`) and compared with the
+# recipe seed by seed.
+FROZEN_ARMS = [("recipe", []),
+               ("bias_window_65k", [f"{B}.bias_update_window_tokens=65536"]),
+               ("router_cooldown_0.15", [f"{B}.router_lr_cooldown=0.15"]),
+               ("seq_alpha_1e-3", [f"{B}.seq_aux_alpha=0.001"])]
+ARM_SETS = {"ladder": ARMS, "frozen": FROZEN_ARMS}
+EQUAL_LOSS = 0.01  # arms within this much of the baseline's mean eval loss are ranked together
 
 
 FROZEN_TOKENS = 131072
@@ -85,6 +102,51 @@ def frozen_router(cfg, tokens: int = FROZEN_TOKENS, calibrate: bool = False) -> 
         return {"before": record["before"]["train"], "after": record["after"]["train"]}
     cfg, model, _, meta, _ = load_checkpoint(run)
     return {"before": frozen_report(model, with_parquet_documents(cfg), meta["data"], tokens, held_out=False)["train"]}
+
+
+def _spread(rs: list[dict], calibrate: bool) -> dict:
+    """The smallest and largest frozen (and calibrated) worst-layer MaxVio over the arm's seeds."""
+    out = {}
+    for when, key in (("before", "frozen"), ("after", "calibrated")) if calibrate else (("before", "frozen"),):
+        values = [r["frozen"][when]["maxvio_worst"] for r in rs]
+        out[f"{key}_maxvio_range"] = [min(values), max(values)]
+    return out
+
+
+def paired_with(rs: list[dict], base: list[dict], calibrate: bool) -> dict:
+    """Seed-by-seed differences from the baseline arm (same seed, same data order): eval loss, LM loss
+    on the frozen measure's tokens, and the frozen (and calibrated) worst-layer MaxVio, each as the
+    list over seeds, and their mean."""
+    by_seed = {r["seed"]: r for r in base}
+    pairs = [(r, by_seed[r["seed"]]) for r in rs if r["seed"] in by_seed]
+    out = {"paired_seeds": [r["seed"] for r, _ in pairs],
+           "paired_eval_loss_diff": [r["eval_loss"] - b["eval_loss"] for r, b in pairs],
+           # the LM loss on the frozen measure's 131k training-stream tokens: a steadier loss than the eval's
+           "paired_stream_loss_diff": [r["frozen"]["before"]["lm_loss"] - b["frozen"]["before"]["lm_loss"] for r, b in pairs]}
+    for when, key in (("before", "frozen"), ("after", "calibrated")) if calibrate else (("before", "frozen"),):
+        out[f"paired_{key}_diff"] = [r["frozen"][when]["maxvio_worst"] - b["frozen"][when]["maxvio_worst"] for r, b in pairs]
+    for k in [k for k in out if k.endswith("_diff")]:
+        out[k + "_mean"] = sum(out[k]) / len(out[k]) if out[k] else None
+    return out
+
+
+def reusable_runs(path: Path, recipe: str, steps: int, arms: list[tuple[str, list[str]]], calibrate: bool) -> dict:
+    """{(arm, seed): run} of an earlier result file that this invocation would run identically: the same
+    recipe, steps and overrides, and calibrated when this one calibrates. Each reused run keeps the
+    commit it ran on (`commit`), so a merged file says which code made which run."""
+    old = json.loads(Path(path).read_text())
+    if old["recipe"] != recipe or old["steps"] != steps:
+        return {}
+    wanted = dict(arms)
+    out = {}
+    for name, row in old["arms"].items():
+        if name not in wanted or row["overrides"] != wanted[name]:
+            continue
+        for run in row["runs"]:
+            if calibrate and "after" not in run["frozen"]:
+                continue
+            out[(name, run["seed"])] = run | {"commit": run.get("commit", old.get("commit"))}
+    return out
 
 
 def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str, calibrate: bool = False) -> dict:
@@ -112,7 +174,7 @@ def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int,
             "maxvio_peak_last_half": max(series["router/maxvio"][s] for s in half),
             "router_warnings": result.get("router_warnings"), "eval_loss": result.get("eval/loss"),
             "eval_maxvio_global": result.get("eval/maxvio_global"), "frozen": frozen_router(cfg, calibrate=calibrate),
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(time.perf_counter() - t0, 1), "commit": tree_commit()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -120,15 +182,23 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--recipe", default="configs/tiny.yaml")
     p.add_argument("--steps", type=int, default=None, help="default: the recipe's train.steps")
     p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds first-seed … first-seed + seeds − 1")
+    p.add_argument("--arms", choices=sorted(ARM_SETS), default="ladder",
+                   help="built-in arms: the ladder (shipped → recipe), or the frozen-router arms (the recipe, a "
+                        "65k-token bias window, a router-LR cooldown, a lower sequence-wise α)")
     p.add_argument("--arm", action="append", default=[], help="NAME=override,override (replaces the built-in arms)")
     p.add_argument("--workers", type=int, default=2, help="arms trained at once (one thread each)")
     p.add_argument("--quick", action="store_true", help="2 arms, 1 seed, 30 steps")
     p.add_argument("--calibrate", action="store_true", help="also calibrate each final model and report it frozen")
+    p.add_argument("--reuse", type=Path, default=None,
+                   help="a result file of this benchmark: its runs of the same arm (same overrides), seed, recipe and "
+                        "steps are taken from it instead of trained again (recorded in the result)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     args = p.parse_args(argv)
     from shared.config import load_config
 
-    arms = [(a.split("=", 1)[0], [o for o in a.split("=", 1)[1].split(",") if o]) for a in args.arm] or ARMS
+    arms = [(a.split("=", 1)[0], [o for o in a.split("=", 1)[1].split(",") if o]) for a in args.arm] or ARM_SETS[args.arms]
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     steps = args.steps or load_config(ROOT / args.recipe).train.steps
     if args.quick:
         arms, steps, args.seeds = arms[:2], 30, 1
@@ -136,11 +206,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     prepare_shards(with_parquet_documents(load_config(ROOT / args.recipe)), 0)  # once, before arms race to build them
     load0, t0 = os.getloadavg()[0], time.perf_counter()
+    done = reusable_runs(args.reuse, args.recipe, steps, arms, args.calibrate) if args.reuse else {}
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
-        jobs = [pool.submit(run_arm, args.recipe, n, o, s, steps, tmp, args.calibrate) for n, o in arms for s in range(args.seeds)]
-        runs = [j.result() for j in jobs]
+        jobs = {(n, s): pool.submit(run_arm, args.recipe, n, o, s, steps, tmp, args.calibrate)
+                for n, o in arms for s in seeds if (n, s) not in done}
+        runs = [done[(n, s)] if (n, s) in done else jobs[(n, s)].result() for n, _ in arms for s in seeds]
     table = {}
-    print(f"router balance: {args.recipe}, {steps} steps, {args.seeds} seed(s); step MaxVio over the second half; "
+    print(f"router balance: {args.recipe}, {steps} steps, seeds {seeds}; step MaxVio over the second half; "
           f"frozen: the final model on the next {FROZEN_TOKENS:,} training-stream tokens"
           + (", after calibration on the tokens before them" if args.calibrate else ""))
     print(f"{'arm':24s} {'step MaxVio':>11s} {'peak':>6s} {'warnings':>8s} {'eval loss':>9s} "
@@ -154,28 +226,36 @@ def main(argv: list[str] | None = None) -> dict:
             row[f"{key}_floor"] = sum(r["frozen"][when]["floor_worst"] for r in rs) / len(rs)
             row[f"{key}_ratio_to_floor"] = sum(r["frozen"][when]["ratio_to_floor"] for r in rs) / len(rs)
         row["router_warnings"] = sum(r["router_warnings"] for r in rs)
+        row.update(_spread(rs, args.calibrate))
         row["overrides"] = dict(arms)[name]
         row["runs"] = rs
         table[name] = row
+    baseline = arms[0][0]
+    for row in table.values():
+        row.update(paired_with(row["runs"], table[baseline]["runs"], args.calibrate))
+        row["equal_eval_loss"] = abs(row["eval_loss"] - table[baseline]["eval_loss"]) <= EQUAL_LOSS
     rank_by = "calibrated_maxvio" if args.calibrate else "frozen_maxvio"
-    for name in sorted(table, key=lambda n: table[n][rank_by]):  # ranked by the frozen figure, not the step MaxVio
+    # ranked by the frozen figure (not the step MaxVio), among the arms at the baseline's eval loss first
+    order = sorted(table, key=lambda n: (not table[n]["equal_eval_loss"], table[n][rank_by]))
+    for name in order:
         row = table[name]
         line = (f"{name:24s} {row['maxvio_last_half']:11.3f} {row['maxvio_peak_last_half']:6.2f} "
                 f"{row['router_warnings']:8d} {row['eval_loss']:9.4f} {row['frozen_maxvio']:7.3f} "
                 f"{row['frozen_floor']:6.3f} {row['frozen_ratio_to_floor']:7.2f}")
         if args.calibrate:
             line += f" {row['calibrated_maxvio']:10.3f} {row['calibrated_ratio_to_floor']:7.2f}"
+        if not row["equal_eval_loss"]:
+            line += f"  (eval loss {row['eval_loss'] - table[baseline]['eval_loss']:+.3f} vs {baseline})"
         print(line)
-    result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "frozen_tokens": FROZEN_TOKENS,
-              "ranked_by": rank_by, "arms": table,
+    result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "first_seed": args.first_seed, "frozen_tokens": FROZEN_TOKENS,
+              "ranked_by": rank_by, "ranking": order, "baseline": baseline, "equal_eval_loss": EQUAL_LOSS,
+              "arms": table, "commit": tree_commit(), "reused_from": str(args.reuse) if args.reuse else None, "machine": {"cpu": cpu_and_flags()[0], "cores": os.cpu_count(),
+                                                                  "threads_per_run": 1, "workers": args.workers},
               "defaults": load_config(ROOT / args.recipe).model.moe.balance.model_dump(),
               "wall_seconds": round(time.perf_counter() - t0, 1), "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
     out = args.out or (None if args.quick else ROOT / "benchmarks" / "results" / "router_balance.json")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = out.with_suffix(".tmp")
-        tmp_out.write_text(json.dumps(result, indent=1))
-        os.replace(tmp_out, out)
+        atomic_write_json(out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "arms"} | {"arms": {k: {x: y for x, y in v.items() if x != "runs"}
                                                                                    for k, v in table.items()}}))
     return result

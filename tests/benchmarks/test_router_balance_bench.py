@@ -23,3 +23,32 @@ def test_router_balance_quick_reports_every_arm_with_its_overrides() -> None:
     assert "optim.lr=0.03" in result["arms"]["lr_3e-2"]["overrides"]
     assert result["steps"] == 30 and result["defaults"]["bias_update_rule"] == "error"
     assert result["frozen_tokens"] == 131072 and result["ranked_by"] == "frozen_maxvio"
+    # every arm paired seed by seed with the first (the baseline pairs with itself at 0), ranked among
+    # the arms at the baseline's eval loss first
+    base, other = result["arms"]["shipped_deepseek"], result["arms"]["lr_3e-2"]
+    assert base["paired_seeds"] == [0] and base["paired_frozen_diff"] == [0.0] and base["equal_eval_loss"]
+    assert other["paired_eval_loss_diff_mean"] == pytest.approx(other["eval_loss"] - base["eval_loss"])
+    assert other["frozen_maxvio_range"] == [other["frozen_maxvio"]] * 2
+    assert sorted(result["ranking"]) == sorted(result["arms"]) and result["baseline"] == "shipped_deepseek"
+    assert result["commit"] and result["machine"]["threads_per_run"] == 1
+
+
+def test_reuse_takes_only_runs_made_the_same_way(tmp_path) -> None:
+    """`--reuse FILE`: a run is reused when arm, overrides, seed, recipe and steps match (and it was
+    calibrated if this invocation calibrates); it keeps the commit it ran on."""
+    import json
+
+    from benchmarks.router_balance import reusable_runs
+
+    def run(seed, calibrated=True):
+        return {"seed": seed, "frozen": {"before": {}, **({"after": {}} if calibrated else {})}}
+
+    old = {"recipe": "configs/tiny.yaml", "steps": 200, "commit": "abc1234",
+           "arms": {"recipe": {"overrides": [], "runs": [run(0), run(1, calibrated=False)]},
+                    "window": {"overrides": ["x=1"], "runs": [run(0)]}}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    got = reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", []), ("window", ["x=2"])], calibrate=True)
+    assert list(got) == [("recipe", 0)] and got[("recipe", 0)]["commit"] == "abc1234"
+    assert set(reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=False)) == {("recipe", 0), ("recipe", 1)}
+    assert reusable_runs(path, "configs/tiny.yaml", 100, [("recipe", [])], calibrate=False) == {}
