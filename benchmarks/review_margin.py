@@ -1,4 +1,4 @@
-"""How far clean text and planted garbage fail Gopher's layout rules, to set the review margins.
+"""How far clean text and planted garbage fail the reviewed layout rules, to set the review margins.
 
 Why: under layout review (`perplexity.review_layout`) a Gopher symbol or alphabetic-word failure
 only flags a document, and the source's model keeps any flagged document whose word order reads as
@@ -19,9 +19,18 @@ before every 2nd to 4th word (2.5-6x Gopher's 0.1), and prose interleaved with r
 an alphabetic-word share of about 0.62 (Gopher's minimum: 0.8).
 
 Each flagged document's share of code-shaped lines (`gopher_quality.code_line_share`) is recorded
-too: a document above `margin_code_lines` is past no margin (code is left to the review), so
+too: a document above `margin_code_lines` is past no Gopher margin (code is left to the review), so
 `removed_at_default_margin` counts only prose-shaped documents past their rule's margin, and
 `past_margin_code_shaped` the code-shaped ones the margin would have removed.
+
+The repetition, FineWeb and C4 layout rules are measured the same way (`<filter>:<reason>` keys;
+Gopher's keep their bare names). Their plants fail them far: short lines repeated under every line
+of prose (`Reply`, `Share`: the repetition line count), short paragraphs repeated between
+paragraphs (`Advertisement`: the paragraph count), a boilerplate sentence every 6th-10th line
+(FineWeb's duplicated-line characters), and prose broken after every 1-3 words (FineWeb's newlines
+per word and short lines). For these rules `removed_by_margins` is what the chain with the configured margins
+actually removes of the documents that chain without margins flagged and kept. The punctuated-line
+minimum and C4's sentence count have no margin; their severities are recorded to show why.
 
 Run: `.venv/bin/python benchmarks/review_margin.py`; last line one JSON object, also written to
 benchmarks/results/review_margin.json.
@@ -44,6 +53,10 @@ sys.path.insert(0, str(_HERE.parent))
 from benchmarks.edit_loss import _every, _read, man_pages  # noqa: E402
 
 RULES = ("too_many_hashes", "too_many_ellipses", "too_many_bullet_lines", "too_many_ellipsis_lines", "too_few_alpha_words")
+# the other filters' layout rules, keyed `<filter>:<reason>`
+OTHER_RULES = ("repetition:dup_para_frac", "repetition:dup_line_frac", "fineweb:line_punct_ratio", "fineweb:short_line_ratio",
+               "fineweb:dup_line_char_ratio", "fineweb:newline_ratio", "c4:curly_bracket", "c4:too_few_sentences")
+BOILERPLATE = "Subscribe to our newsletter to get the latest stories delivered to your inbox every week."
 
 
 def _find(pattern: str) -> list[Path]:
@@ -82,7 +95,21 @@ def clean_sources(n: int) -> dict[str, list[str]]:
         "man_en": man_pages(n),
         "readme_news": _read(_every(readmes, n)),
         "python_manual": manual[:: max(1, len(manual) // n)][:n],
+        "shell_sessions": shell_sessions(manual[:: max(1, len(manual) // n)][:n]),
     }
+
+
+def shell_sessions(texts: list[str]) -> list[str]:
+    """Handbook-style pages: prose around a shell session that repeats its commands 2-5 times, the layout
+    the repetition rules' line count flags for review rather than removes."""
+    out = []
+    for i, t in enumerate(texts):
+        lines = [ln for ln in t.splitlines() if ln.strip()]
+        if len(lines) < 3:
+            continue
+        session = ["$ pwd", "/home/user", "$ ls"] * (2 + i % 4)
+        out.append("\n".join(lines[:2] + session + lines[-1:]))
+    return out
 
 
 def plant(texts: list[str], rng: random.Random) -> dict[str, list[str]]:
@@ -102,68 +129,121 @@ def plant(texts: list[str], rng: random.Random) -> dict[str, list[str]]:
             rows = [f"{rng.randint(1, 9999)}" for _ in range(7)]
             out.append(" ".join(rows))
         tables.append("\n".join(out))
-    return {"hashes": hashes, "ellipses": dots, "number_tables": tables}
+    return {"hashes": hashes, "ellipses": dots, "number_tables": tables, **plant_repeats(texts, rng)}
 
 
-def severities(texts: list[str], kind: str) -> list[tuple[str, float, float]]:
-    """(rule, severity, code-line share) of each document's Gopher layout flag, margins off."""
+def _prose_lines(text: str, width: int = 12) -> list[str]:
+    words = text.split()
+    return [" ".join(words[i : i + width]) for i in range(0, len(words), width)]
+
+
+def plant_repeats(texts: list[str], rng: random.Random) -> dict[str, list[str]]:
+    """Plants far past the repetition and FineWeb layout limits, built from the same clean prose."""
+    short_lines, short_paras, boiler, broken = [], [], [], []
+    for t in texts:
+        if len(t.split()) < 80:
+            continue
+        lines = _prose_lines(t)
+        # two short lines under every prose line: about 2/3 of the lines repeat (2.2x the 0.3 limit)
+        short_lines.append("\n".join(x for line in lines for x in (line, "Reply", "Share")))
+        # a short paragraph or two between paragraphs of three lines
+        paras = ["\n".join(lines[i : i + 3]) for i in range(0, len(lines), 3)]
+        ads = ("Advertisement", "Continue reading below")
+        short_paras.append("\n\n".join(x for para in paras for x in (para, *ads[: rng.choice((1, 2))])))
+        # a boilerplate sentence after every 6th-10th line: 10-17% of the characters in repeated lines (10-17x
+        # FineWeb's 1%, under the repetition rule's hard 20%)
+        every = rng.choice((6, 8, 10))
+        boiler.append("\n".join(x for i, line in enumerate(lines) for x in ((line, BOILERPLATE) if i % every == 0 else (line,))))
+        # prose broken after every 1-3 words (1.1-3.3x the 0.3 newlines per word)
+        k = rng.choice((1, 2, 3))
+        words = t.split()
+        broken.append("\n".join(" ".join(words[i : i + k]) for i in range(0, len(words), k)))
+    return {"repeated_short_lines": short_lines, "repeated_short_paragraphs": short_paras, "boilerplate_lines": boiler,
+            "word_per_line": broken}
+
+
+def _chain(kind: str, margins: bool):
     from services.data_filter.accounting import Chain
     from services.data_filter.filters import build_chain
-    from services.data_filter.filters.base import Doc, reviews_layout
-    from services.data_filter.filters.gopher_quality import code_line_share
+    from services.data_filter.filters.base import reviews_layout
     from shared.config.chains import ChainConfig, deep_merge, default_chain
 
     language = {"enabled": False} if kind == "web_no_language" else {"languages": ["en", "es"]}
     base = "web" if kind == "web_no_language" else kind
-    cfg = ChainConfig.model_validate(deep_merge(default_chain(base), {"gopher_quality": {"review_margin": {}},
-                                                                      "language": language}))
-    chain = Chain(build_chain(cfg), review=reviews_layout(cfg))
+    off = {} if margins else {name: {"review_margin": {}} for name in ("gopher_quality", "repetition", "fineweb")}
+    cfg = ChainConfig.model_validate(deep_merge(default_chain(base), {**off, "language": language}))
+    return Chain(build_chain(cfg), review=reviews_layout(cfg)), base
+
+
+def _key(flag: str) -> str:
+    name, _, reason = flag.partition(":")
+    return reason if name == "gopher_quality" else flag
+
+
+def severities(texts: list[str], kind: str) -> list[tuple[str, float, float, bool]]:
+    """(rule, severity, code-line share, removed with the margins on) of each document's first layout
+    flag with the margins off; the margins-on chain is run only on the documents flagged and kept."""
+    from services.data_filter.filters.base import Doc
+    from services.data_filter.filters.gopher_quality import code_line_share
+
+    without, base = _chain(kind, margins=False)
+    with_margins, _ = _chain(kind, margins=True)
     out = []
     for i, t in enumerate(texts):
         d = Doc(str(i), t, "x", kind=base)
-        hit = chain.run(d)
+        hit = without.run(d)
         flag = d.meta.get("layout_flag", "")
-        if hit is None and flag.startswith("gopher_quality:"):
-            out.append((flag.split(":", 1)[1], d.meta.get("layout_severity"), code_line_share(t)))
+        if hit is None and flag:
+            removed = with_margins.run(Doc(str(i), t, "x", kind=base)) is not None
+            out.append((_key(flag), d.meta.get("layout_severity") or 0.0, code_line_share(t), removed))
         elif hit is None:
-            out.append(("not_flagged", 0.0, 0.0))
+            out.append(("not_flagged", 0.0, 0.0, False))
         else:
-            out.append((f"removed:{hit[0]}:{hit[1]}", 0.0, 0.0))
+            out.append((f"removed:{hit[0]}:{hit[1]}", 0.0, 0.0, False))
     return out
 
 
-def summarise(found: list[tuple[str, float, float]], margins: dict[str, float], code_lines: float) -> dict:
-    per_rule: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for rule, sev, share in found:
-        if rule in RULES:
-            per_rule[rule].append((sev, share))
+def summarise(found: list[tuple[str, float, float, bool]], margins: dict[str, float], code_lines: float) -> dict:
+    per_rule: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
+    for rule, sev, share, removed in found:
+        if rule in RULES or rule in OTHER_RULES:
+            per_rule[rule].append((sev, share, removed))
 
     def past(sev: float, rule: str) -> bool:
         return sev > margins.get(rule, float("inf"))
 
+    def gopher(r: str, v: list[tuple[float, float, bool]]) -> dict:
+        return {"removed_at_default_margin": sum(1 for s, c, _ in v if past(s, r) and c <= code_lines),
+                "past_margin_code_shaped": sum(1 for s, c, _ in v if past(s, r) and c > code_lines),
+                "code_line_share_past_margin": sorted(round(c, 3) for s, c, _ in v if past(s, r))}
+
     return {"docs": len(found),
-            "flagged": {r: {"n": len(v), "min_severity": round(min(s for s, _ in v), 3),
-                            "max_severity": round(max(s for s, _ in v), 3),
-                            "max_code_line_share": round(max(c for _, c in v), 3),
-                            "removed_at_default_margin": sum(1 for s, c in v if past(s, r) and c <= code_lines),
-                            "past_margin_code_shaped": sum(1 for s, c in v if past(s, r) and c > code_lines),
-                            "code_line_share_past_margin": sorted(round(c, 3) for s, c in v if past(s, r))}
+            "flagged": {r: {"n": len(v), "min_severity": round(min(s for s, _, _ in v), 3),
+                            "max_severity": round(max(s for s, _, _ in v), 3),
+                            "max_code_line_share": round(max(c for _, c, _ in v), 3),
+                            "removed_by_margins": sum(1 for *_, removed in v if removed),
+                            **(gopher(r, v) if r in RULES else {})}
                         for r, v in sorted(per_rule.items())},
-            "other": dict(sorted((k, sum(1 for r, _, _ in found if r == k)) for k in {r for r, _, _ in found if r not in RULES}))}
+            "other": dict(sorted((k, sum(1 for r, *_ in found if r == k))
+                                 for k in {r for r, *_ in found if r not in RULES and r not in OTHER_RULES}))}
 
 
 def main() -> None:
-    from shared.config.filters import GopherQualityConfig
+    from shared.config.filters import FineWebConfig, GopherQualityConfig, RepetitionConfig
+    from shared.provenance import tree_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--per-source", type=int, default=40)
     ap.add_argument("--out", type=Path, default=_HERE / "results" / "review_margin.json")
     args = ap.parse_args()
     margins, code_lines = GopherQualityConfig().review_margin, GopherQualityConfig().margin_code_lines
+    margins = {**margins, **{f"repetition:{r}": m for r, m in RepetitionConfig().review_margin.items()},
+               **{f"fineweb:{r}": m for r, m in FineWebConfig().review_margin.items()}}
     clean = clean_sources(args.per_source)
     rng = random.Random(7)
     planted = plant(clean["man_es"] + clean["readme_news"] + clean["python_manual"], rng)
-    result: dict = {"benchmark": "review_margin", "margins": margins, "margin_code_lines": code_lines, "clean": {}, "planted": {}}
+    result: dict = {"benchmark": "review_margin", "commit": tree_commit(), "margins": margins, "margin_code_lines": code_lines,
+                    "clean": {}, "planted": {}}
     for name, texts in clean.items():
         # code reaches Gopher in a prose chain only without language ID (which removes it first)
         for kind in ("web", "science", "web_no_language"):
@@ -175,20 +255,31 @@ def main() -> None:
         for rule, d in r["flagged"].items():
             clean_max[rule] = max(clean_max[rule], d["max_severity"])
     result["clean_max_severity"] = dict(sorted(clean_max.items()))
-    result["clean_removed_by_margin"] = sum(d["removed_at_default_margin"] for r in result["clean"].values()
-                                            for d in r["flagged"].values())
-    planted_flagged = sum(d["n"] for r in result["planted"].values() for d in r["flagged"].values())
-    result["planted_flagged"] = planted_flagged
-    result["planted_removed_by_margin"] = sum(d["removed_at_default_margin"] for r in result["planted"].values()
-                                              for d in r["flagged"].values())
-    result["clean_past_margin_code_shaped"] = sum(d["past_margin_code_shaped"] for r in result["clean"].values()
-                                                  for d in r["flagged"].values())
+    planted_min: dict[str, float] = {}
+    for r in result["planted"].values():
+        for rule, d in r["flagged"].items():
+            planted_min[rule] = min(planted_min.get(rule, float("inf")), d["min_severity"])
+    result["planted_min_severity"] = dict(sorted(planted_min.items()))
+
+    def total(section: str, key: str, rules: tuple[str, ...]) -> int:
+        return sum(d.get(key, 0) for r in result[section].values() for rule, d in r["flagged"].items() if rule in rules)
+
+    result["clean_removed_by_margin"] = total("clean", "removed_at_default_margin", RULES)
+    result["planted_flagged"] = total("planted", "n", RULES)
+    result["planted_removed_by_margin"] = total("planted", "removed_at_default_margin", RULES)
+    result["clean_past_margin_code_shaped"] = total("clean", "past_margin_code_shaped", RULES)
     result["planted_max_code_line_share"] = max((d["max_code_line_share"] for r in result["planted"].values()
                                                  for d in r["flagged"].values()), default=0.0)
+    # the other filters' rules: what the chain with their margins removed of what it flagged and kept without
+    result["other_clean_flagged"] = total("clean", "n", OTHER_RULES)
+    result["other_clean_removed_by_margins"] = total("clean", "removed_by_margins", OTHER_RULES)
+    result["other_planted_flagged"] = total("planted", "n", OTHER_RULES)
+    result["other_planted_removed_by_margins"] = total("planted", "removed_by_margins", OTHER_RULES)
     for section in ("clean", "planted"):
         for name, r in result[section].items():
             print(f"{section:<8}{name:<26}{r['docs']:>5}  " + "  ".join(
-                f"{k} n={d['n']} max={d['max_severity']} cut={d['removed_at_default_margin']}" for k, d in r["flagged"].items()))
+                f"{k} n={d['n']} min={d['min_severity']} max={d['max_severity']} cut={d['removed_by_margins']}"
+                for k, d in r["flagged"].items()))
     from shared.data.atomic import atomic_write_json
 
     atomic_write_json(args.out, result)

@@ -159,6 +159,16 @@ class RepetitionConfig(FilterSettings):
     min_prose_words: int = Field(
         50, ge=0, description="With markup stripped (language.strip_markup), n-gram rules skip prose under this many words (Gopher: 50).",
     )
+    review_margin: dict[str, float] = Field(
+        default_factory=lambda: dict(REPETITION_REVIEW_MARGIN),
+        description="Layout rule (dup_para_frac, dup_line_frac) -> times over its limit past which a document is removed "
+        "even under layout review.",
+    )
+
+    @field_validator("review_margin")
+    @classmethod
+    def _margin_rules(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_margins(value, "repetition")
 
     @field_validator("dup_ngram_max_frac")
     @classmethod
@@ -169,9 +179,26 @@ class RepetitionConfig(FilterSettings):
 
 
 # Times over its limit (`over`/`short` in services/data_filter/filters/base.py) past which a reviewed
-# Gopher rule removes: measured by benchmarks/review_margin.py on held-out clean text and planted documents.
+# rule removes: measured by benchmarks/review_margin.py on held-out clean text and planted documents.
 GOPHER_REVIEW_MARGIN = {"too_many_hashes": 2.0, "too_many_ellipses": 2.0, "too_many_bullet_lines": 2.0,
                         "too_many_ellipsis_lines": 2.0, "too_few_alpha_words": 1.5}
+REPETITION_REVIEW_MARGIN: dict[str, float] = {}
+FINEWEB_REVIEW_MARGIN: dict[str, float] = {}
+# The reviewed rules a margin may be set for, per filter. Rules left out measure no distance a margin
+# could separate (docs/data_filter.md says why for each).
+MARGIN_RULES = {"gopher_quality": tuple(GOPHER_REVIEW_MARGIN), "repetition": ("dup_para_frac", "dup_line_frac"),
+                "fineweb": ("short_line_ratio", "dup_line_char_ratio", "newline_ratio")}
+
+
+def check_margins(value: dict[str, float], section: str) -> dict[str, float]:
+    """A `review_margin` mapping: each rule one of the section's reviewed rules with a distance, each margin >= 1."""
+    allowed = MARGIN_RULES[section]
+    for rule, margin in value.items():
+        if rule not in allowed:
+            raise ValueError(f"review_margin.{rule}: not a {section} rule with a review margin ({', '.join(allowed)})")
+        if not margin >= 1:
+            raise ValueError(f"review_margin.{rule} = {margin}: a margin is a ratio >= 1 (1 = remove every failure)")
+    return value
 
 
 class GopherQualityConfig(FilterSettings):
@@ -204,12 +231,7 @@ class GopherQualityConfig(FilterSettings):
     @field_validator("review_margin")
     @classmethod
     def _margin_rules(cls, value: dict[str, float]) -> dict[str, float]:
-        for rule, margin in value.items():
-            if rule not in GOPHER_REVIEW_MARGIN:
-                raise ValueError(f"review_margin.{rule}: not a reviewed Gopher rule ({', '.join(GOPHER_REVIEW_MARGIN)})")
-            if not margin >= 1:
-                raise ValueError(f"review_margin.{rule} = {margin}: a margin is a ratio >= 1 (1 = remove every failure)")
-        return value
+        return check_margins(value, "gopher_quality")
 
 
 class C4Config(EditingSettings):
@@ -236,6 +258,16 @@ class FineWebConfig(FilterSettings):
     short_line_chars: int = Field(30, ge=1, description="A line this short or shorter counts as short (FineWeb: 30).")
     max_dup_line_char_ratio: float = Field(0.01, ge=0, le=1, description="Most characters in duplicated lines (FineWeb: 0.01).")
     max_newline_ratio: float = Field(0.3, ge=0, description="Most newlines per word (FineWeb: 0.3).")
+    review_margin: dict[str, float] = Field(
+        default_factory=lambda: dict(FINEWEB_REVIEW_MARGIN),
+        description="Layout rule (short_line_ratio, dup_line_char_ratio, newline_ratio) -> times over its limit past which a document is "
+        "removed even under layout review.",
+    )
+
+    @field_validator("review_margin")
+    @classmethod
+    def _margin_rules(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_margins(value, "fineweb")
 
 
 class ToxicityConfig(FilterSettings):

@@ -60,7 +60,7 @@ class C4Filter(Filter):
         count_words = languages.measures_words(lang)
         if not count_words and c.min_words_per_line:
             doc.skip(f"min_words_per_line_no_segmenter:{lang}")
-        v = Verdict(self)
+        v = Verdict(self, doc)
         kept: list[str] = []
         sentences = 0
         longest, least = c.max_word_length, c.min_words_per_line
@@ -89,7 +89,10 @@ class C4Filter(Filter):
         if v.flag is not None:
             return v.result
         if sentences < c.min_sentences:
-            return "too_few_sentences"
+            # how far short, for `data inspect` (a page with none counts as one); no margin: a table or a
+            # listing has no sentence at all, which is the far end of this rule
+            v.fail("too_few_sentences", c.min_sentences / max(sentences, 1))
+            return v.result
         cleaned = "\n".join(kept)
         if cleaned != doc.text:
             doc.text = cleaned

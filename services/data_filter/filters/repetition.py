@@ -25,7 +25,7 @@ from itertools import count
 import numpy as np
 
 from services.data_filter import languages
-from services.data_filter.filters.base import Doc, Filter, Verdict
+from services.data_filter.filters.base import Doc, Filter, Verdict, over
 from services.data_filter.filters.ngram_repeats import DUP_NGRAM, TOP_NGRAM, NgramRules
 from shared.config.filters import RepetitionConfig
 
@@ -68,7 +68,8 @@ def word_ids(words: list[str]) -> np.ndarray:
 class RepetitionFilter(Filter):
     name = "repetition"
     reasons = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac", "top_ngram", "dup_ngram")
-    # how many lines repeat is layout (a shell session repeats "$ ls"); how much text repeats is not
+    # how many lines repeat is layout (a shell session repeats "$ ls"); how much text repeats is not.
+    # Under review the two record how far they failed and remove past `review_margin`.
     review_reasons = frozenset({"dup_para_frac", "dup_line_frac"})
 
     settings = RepetitionConfig
@@ -90,16 +91,16 @@ class RepetitionFilter(Filter):
         size = len(text)
         if not size:
             return None
-        v = Verdict(self)
+        v = Verdict(self, doc)
         paras = split_paragraphs(text.strip())
         n_dup, dup_chars = duplicates(paras)
-        if n_dup / len(paras) > c.max_dup_para_frac and v.fail("dup_para_frac"):
+        if n_dup / len(paras) > c.max_dup_para_frac and v.fail("dup_para_frac", over(n_dup / len(paras), c.max_dup_para_frac)):
             return v.result
         if dup_chars / size > c.max_dup_para_char_frac and v.fail("dup_para_char_frac"):
             return v.result
         lines = split_lines(text)
         n_dup, dup_chars = duplicates(lines)
-        if n_dup / len(lines) > c.max_dup_line_frac and v.fail("dup_line_frac"):
+        if n_dup / len(lines) > c.max_dup_line_frac and v.fail("dup_line_frac", over(n_dup / len(lines), c.max_dup_line_frac)):
             return v.result
         if dup_chars / size > c.max_dup_line_char_frac and v.fail("dup_line_char_frac"):
             return v.result
