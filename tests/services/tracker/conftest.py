@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.services.tracker.helpers import PostgresCluster, ServerThread, pg_bin_dir
+from tests.services.tracker.helpers import PostgresCluster, live_tracker, pg_bin_dir
 
 
 @pytest.fixture(scope="session")
@@ -37,36 +37,22 @@ def db_url(request, tmp_path):
 
 @pytest.fixture
 def server(tmp_path):
-    """A live tracker on SQLite with one API token: yields (url, token, store)."""
-    from services.tracker.app import create_app
-    from services.tracker.store import Store
-
-    store = Store(f"sqlite:///{tmp_path}/tracker.db")
-    token = store.create_token("test")
-    srv = ServerThread(lambda: create_app(store=store)).start()
-    srv.token, srv.store = token, store
-    yield srv
-    srv.stop()
-    store.engine.dispose()
+    """A live tracker on SQLite with one API token: yields the server (url, token, store)."""
+    with live_tracker(tmp_path) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory):
     """A live tracker holding the browser tests' runs: yields (url, ids)."""
-    from services.tracker.app import create_app
-    from services.tracker.store import Store
     from tests.services.tracker import browser
 
     tmp = tmp_path_factory.mktemp("tracker-browser")
-    store = Store(f"sqlite:///{tmp}/tracker.db")
-    token = store.create_token("browser")
-    srv = ServerThread(lambda: create_app(store=store, max_body_bytes=64 << 20)).start()
-    ids = browser.populate_runs(srv.url, token, tmp / "spool")
-    ids.update(browser.populate_pipeline(srv.url, token, tmp / "spool"))
-    ids["million"] = browser.populate_million(srv.url, token)
-    yield srv.url, ids
-    srv.stop()
-    store.engine.dispose()
+    with live_tracker(tmp, max_body_bytes=64 << 20) as srv:
+        ids = browser.populate_runs(srv.url, srv.token, tmp / "spool")
+        ids.update(browser.populate_pipeline(srv.url, srv.token, tmp / "spool"))
+        ids["million"] = browser.populate_million(srv.url, srv.token)
+        yield srv.url, ids
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Test helpers: a uvicorn server in a thread on a free loopback port, and a throwaway PostgreSQL."""
+"""Test helpers: a uvicorn server in a thread on a free loopback port, a live tracker on SQLite built on
+it, and a throwaway PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -43,6 +47,24 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+@contextmanager
+def live_tracker(folder: Path, **app_options) -> Iterator[ServerThread]:
+    """A tracker on SQLite in `folder` with one API token, served until the block ends: the
+    ServerThread carries `url`, `token` and `store` (`app_options` go to `create_app`)."""
+    from services.tracker.app import create_app
+    from services.tracker.store import Store
+
+    store = Store(f"sqlite:///{folder}/tracker.db")
+    token = store.create_token("test")
+    srv = ServerThread(lambda: create_app(store=store, **app_options)).start()
+    srv.token, srv.store = token, store
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        store.engine.dispose()
 
 
 def pg_bin_dir() -> str | None:

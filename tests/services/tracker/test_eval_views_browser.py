@@ -9,56 +9,51 @@ from __future__ import annotations
 import pytest
 
 from tests.services.tracker.browser import open_page
-from tests.services.tracker.helpers import ServerThread
+from tests.services.tracker.helpers import live_tracker
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     from cluster.ablation.report import build_report
-    from services.tracker.app import create_app
-    from services.tracker.store import Store
     from shared import tracking
 
     tmp = tmp_path_factory.mktemp("tracker-eval")
-    store = Store(f"sqlite:///{tmp}/tracker.db")
-    token = store.create_token("browser")
-    srv = ServerThread(lambda: create_app(store=store)).start()
-    common = dict(project="ev", url=srv.url, token=token, spool_dir=str(tmp / "spool"), flush_interval=0.05,
-                  system_metrics_s=0)
-    ids = {}
-    pipe = tracking.init(name="demo-pipeline", tags=["pipeline"], **common)
-    stage = tracking.init(name="demo-train", parent=pipe.id, **common)
-    train = tracking.init(name="train", parent=stage.id, **common)
-    for step in range(0, 50, 10):
-        train.log({"loss": 3 - step / 50, "eval/bpb/prose": 2.0 - step / 100, "eval/bpb/code": 1.5 - step / 100,
-                   "eval/task/cloze/acc": 0.25 + step / 200, "eval/task/cloze/logprob": -3 + step / 50,
-                   "eval/task/arith/acc": 0.1 + step / 500, "router/maxvio": 0.5 - step / 200, "router/maxvio_chance": 0.05,
-                   "router/maxvio/layer0": 0.4 - step / 200, "router/maxvio/layer1": 0.45 - step / 200}, step=step)
-    train.log({"router_frozen/maxvio_worst": 0.14, "router_frozen/floor": 0.08, "router_frozen/maxvio/0": 0.12,
-               "router_frozen/maxvio/1": 0.14, "router_calibration/maxvio_before/0": 0.2,
-               "router_calibration/maxvio_after/0": 0.09}, step=40)
-    train.event("artifact", "exported to runs/export as DeepseekV3ForCausalLM", step=40, path="runs/export", format="hf",
-                architecture="DeepseekV3ForCausalLM", max_abs_logit_diff=3.2e-5, greedy_equal=True,
-                source_checkpoint="runs/train/step_40")
-    assert train.finish().complete and stage.finish().complete and pipe.finish().complete
-    ids["train"] = train.id
-    ablation = tracking.init(name="demo-ablation", tags=["ablation"], **common)
-    results = {}
-    for arm in ("raw", "curated"):
-        for seed in (1, 2, 3):
-            child = tracking.init(name=f"{arm}-s{seed}", tags=["ablation:demo", f"arm:{arm}"], parent=ablation.id, **common)
-            bpb = 1.6 - (0.1 if arm == "curated" else 0) + seed / 100
-            child.log({"eval/bpb/prose": bpb}, step=0)
-            assert child.finish().complete
-            results[(arm, seed)] = {"metrics": {"eval/bpb/prose": bpb}, "run_id": child.id}
-    report = build_report("demo", "raw", ["raw", "curated"], [1, 2, 3], results, {}, {"budget_tokens": 20000, "arms": {}})
-    ablation.event("ablation_report", "2 arms × 3 seeds against raw", **report)
-    assert ablation.finish().complete
-    ids["ablation"] = ablation.id
-    ids["verdict"] = report["verdicts"][0]
-    yield srv.url, ids
-    srv.stop()
-    store.engine.dispose()
+    with live_tracker(tmp) as srv:
+        token = srv.token
+        common = dict(project="ev", url=srv.url, token=token, spool_dir=str(tmp / "spool"), flush_interval=0.05,
+                      system_metrics_s=0)
+        ids = {}
+        pipe = tracking.init(name="demo-pipeline", tags=["pipeline"], **common)
+        stage = tracking.init(name="demo-train", parent=pipe.id, **common)
+        train = tracking.init(name="train", parent=stage.id, **common)
+        for step in range(0, 50, 10):
+            train.log({"loss": 3 - step / 50, "eval/bpb/prose": 2.0 - step / 100, "eval/bpb/code": 1.5 - step / 100,
+                       "eval/task/cloze/acc": 0.25 + step / 200, "eval/task/cloze/logprob": -3 + step / 50,
+                       "eval/task/arith/acc": 0.1 + step / 500, "router/maxvio": 0.5 - step / 200, "router/maxvio_chance": 0.05,
+                       "router/maxvio/layer0": 0.4 - step / 200, "router/maxvio/layer1": 0.45 - step / 200}, step=step)
+        train.log({"router_frozen/maxvio_worst": 0.14, "router_frozen/floor": 0.08, "router_frozen/maxvio/0": 0.12,
+                   "router_frozen/maxvio/1": 0.14, "router_calibration/maxvio_before/0": 0.2,
+                   "router_calibration/maxvio_after/0": 0.09}, step=40)
+        train.event("artifact", "exported to runs/export as DeepseekV3ForCausalLM", step=40, path="runs/export", format="hf",
+                    architecture="DeepseekV3ForCausalLM", max_abs_logit_diff=3.2e-5, greedy_equal=True,
+                    source_checkpoint="runs/train/step_40")
+        assert train.finish().complete and stage.finish().complete and pipe.finish().complete
+        ids["train"] = train.id
+        ablation = tracking.init(name="demo-ablation", tags=["ablation"], **common)
+        results = {}
+        for arm in ("raw", "curated"):
+            for seed in (1, 2, 3):
+                child = tracking.init(name=f"{arm}-s{seed}", tags=["ablation:demo", f"arm:{arm}"], parent=ablation.id, **common)
+                bpb = 1.6 - (0.1 if arm == "curated" else 0) + seed / 100
+                child.log({"eval/bpb/prose": bpb}, step=0)
+                assert child.finish().complete
+                results[(arm, seed)] = {"metrics": {"eval/bpb/prose": bpb}, "run_id": child.id}
+        report = build_report("demo", "raw", ["raw", "curated"], [1, 2, 3], results, {}, {"budget_tokens": 20000, "arms": {}})
+        ablation.event("ablation_report", "2 arms × 3 seeds against raw", **report)
+        assert ablation.finish().complete
+        ids["ablation"] = ablation.id
+        ids["verdict"] = report["verdicts"][0]
+        yield srv.url, ids
 
 
 def test_bpb_sets_share_one_chart_and_each_task_has_its_own(site, page):

@@ -7,46 +7,41 @@ from __future__ import annotations
 import pytest
 
 from tests.services.tracker.browser import open_page
-from tests.services.tracker.helpers import ServerThread
+from tests.services.tracker.helpers import live_tracker
 
 LOSS = [5.0 + ((s * 7919) % 13) / 10 - s / 100 for s in range(200)]  # jagged: smoothing moves it visibly
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from services.tracker.app import create_app
-    from services.tracker.store import Store
     from shared import tracking
 
     tmp = tmp_path_factory.mktemp("tracker-truth")
-    store = Store(f"sqlite:///{tmp}/tracker.db")
-    token = store.create_token("browser")
-    srv = ServerThread(lambda: create_app(store=store)).start()
-    common = dict(project="truth", url=srv.url, token=token, spool_dir=str(tmp / "spool"), flush_interval=0.05)
-    ids = {}
-    run = tracking.init(name="many-events", **common)
-    for step in range(1200):
-        run.log({"router/maxvio": 0.1}, step=step)
-        run.event("router_health", f"warning {step}", step=step)
-    run.log_funnel({"raw": 100, "kept": 60}, name="documents")
-    run.log_calibration([i / 10 for i in range(40)], [i / 10 for i in range(40)], name="helpfulness")
-    ids["events"] = run.id
-    assert run.finish().complete
-    run = tracking.init(name="more-than-a-page", **common)
-    for step in range(2500):
-        run.event("note", f"n{step}", step=step)
-    run.log({"loss": 1.0}, step=0)
-    run.log({"loss": 0.5}, step=1)
-    ids["paged"] = run.id
-    assert run.finish().complete
-    run = tracking.init(name="smooth", **common)
-    for step, v in enumerate(LOSS):
-        run.log({"loss": v}, step=step)
-    ids["smooth"] = run.id
-    assert run.finish().complete
-    yield srv.url, ids
-    srv.stop()
-    store.engine.dispose()
+    with live_tracker(tmp) as srv:
+        token = srv.token
+        common = dict(project="truth", url=srv.url, token=token, spool_dir=str(tmp / "spool"), flush_interval=0.05)
+        ids = {}
+        run = tracking.init(name="many-events", **common)
+        for step in range(1200):
+            run.log({"router/maxvio": 0.1}, step=step)
+            run.event("router_health", f"warning {step}", step=step)
+        run.log_funnel({"raw": 100, "kept": 60}, name="documents")
+        run.log_calibration([i / 10 for i in range(40)], [i / 10 for i in range(40)], name="helpfulness")
+        ids["events"] = run.id
+        assert run.finish().complete
+        run = tracking.init(name="more-than-a-page", **common)
+        for step in range(2500):
+            run.event("note", f"n{step}", step=step)
+        run.log({"loss": 1.0}, step=0)
+        run.log({"loss": 0.5}, step=1)
+        ids["paged"] = run.id
+        assert run.finish().complete
+        run = tracking.init(name="smooth", **common)
+        for step, v in enumerate(LOSS):
+            run.log({"loss": v}, step=step)
+        ids["smooth"] = run.id
+        assert run.finish().complete
+        yield srv.url, ids
 
 
 def test_events_past_the_first_thousand_are_shown_and_funnels_survive_them(site, page):

@@ -11,43 +11,37 @@ import httpx
 import pytest
 
 from tests.services.tracker.browser import open_page
-from tests.services.tracker.helpers import ServerThread
+from tests.services.tracker.helpers import live_tracker
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from services.tracker.app import create_app
-    from services.tracker.store import Store
-
     tmp = tmp_path_factory.mktemp("tracker-views")
-    store = Store(f"sqlite:///{tmp}/tracker.db")
-    token = store.create_token("browser")
-    srv = ServerThread(lambda: create_app(store=store)).start()
-    c = httpx.Client(base_url=srv.url, headers={"authorization": f"Bearer {token}"})
-    c.post("/api/runs", json={"id": "live", "project": "views", "name": "live-run", "created": 1.7e9}).raise_for_status()
+    with live_tracker(tmp) as srv:
+        token = srv.token
+        c = httpx.Client(base_url=srv.url, headers={"authorization": f"Bearer {token}"})
+        c.post("/api/runs", json={"id": "live", "project": "views", "name": "live-run", "created": 1.7e9}).raise_for_status()
 
-    def log(metrics, steps, hist=None):
-        body = {"batch_id": uuid.uuid4().hex, "metrics": {
-            k: {"steps": list(steps), "walls": [1.7e9 + s for s in steps], "values": [f(s) for s in steps]}
-            for k, f in metrics.items()}}
-        if hist:
-            body["histograms"] = hist
-        c.post("/api/runs/live/batch", json=body).raise_for_status()
+        def log(metrics, steps, hist=None):
+            body = {"batch_id": uuid.uuid4().hex, "metrics": {
+                k: {"steps": list(steps), "walls": [1.7e9 + s for s in steps], "values": [f(s) for s in steps]}
+                for k, f in metrics.items()}}
+            if hist:
+                body["histograms"] = hist
+            c.post("/api/runs/live/batch", json=body).raise_for_status()
 
-    log({"loss": lambda s: 4 - s / 100, "eval/loss": lambda s: 4.2 - s / 100, "tokens": lambda s: (s + 1) * 1000.0,
-         "lr": lambda s: 1e-3 * (s + 1) / 100}, range(100))
-    log({"system/cpu_percent": lambda s: 50.0 + s}, range(5))
-    log({"records": lambda s: 240.0}, [0])
-    log({"final/eval_loss": lambda s: 3.1}, [7])
-    balanced = [{"key": "router/load/layer0", "step": s, "wall": 1.7e9 + s, "values": [100.0] * 8, "edges": None}
-                for s in range(0, 100, 10)]
-    log({}, [], hist=balanced)
-    long_event = {"kind": "warning", "message": "x" * 60_000, "data": {"note": "y" * 5000}, "step": 3, "wall": 1.7e9 + 3}
-    c.post("/api/runs/live/batch", json={"batch_id": uuid.uuid4().hex, "events": [long_event]}).raise_for_status()
-    yield srv.url, log
-    c.close()
-    srv.stop()
-    store.engine.dispose()
+        log({"loss": lambda s: 4 - s / 100, "eval/loss": lambda s: 4.2 - s / 100, "tokens": lambda s: (s + 1) * 1000.0,
+             "lr": lambda s: 1e-3 * (s + 1) / 100}, range(100))
+        log({"system/cpu_percent": lambda s: 50.0 + s}, range(5))
+        log({"records": lambda s: 240.0}, [0])
+        log({"final/eval_loss": lambda s: 3.1}, [7])
+        balanced = [{"key": "router/load/layer0", "step": s, "wall": 1.7e9 + s, "values": [100.0] * 8, "edges": None}
+                    for s in range(0, 100, 10)]
+        log({}, [], hist=balanced)
+        long_event = {"kind": "warning", "message": "x" * 60_000, "data": {"note": "y" * 5000}, "step": 3, "wall": 1.7e9 + 3}
+        c.post("/api/runs/live/batch", json={"batch_id": uuid.uuid4().hex, "events": [long_event]}).raise_for_status()
+        yield srv.url, log
+        c.close()
 
 
 def _chart(page, chart_id, expr):
