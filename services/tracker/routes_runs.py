@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
@@ -63,6 +63,7 @@ def runs_router(store: Store, access: Access) -> APIRouter:
         project: str | None = None,
         status: str | None = None,
         tag: Annotated[list[str] | None, Query()] = None,
+        tag_mode: Annotated[Literal["all", "any"], Query(description="all: runs with every tag; any: with one")] = "all",
         q: Annotated[str | None, Query(max_length=200)] = None,
         parent: str | None = None,
         top: Annotated[bool, Query(description="Only runs without a parent")] = False,
@@ -77,7 +78,7 @@ def runs_router(store: Store, access: Access) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> JSONResponse:
-        query = RunQuery(project=project, status=status, tags=tag or [], q=q, parent=parent, top=top,
+        query = RunQuery(project=project, status=status, tags=tag or [], tag_mode=tag_mode, q=q, parent=parent, top=top,
                          config=config or [], sort=sort, desc=desc, metrics=metric or [], columns=column or [],
                          brief=brief, changed_after=changed_after, limit=limit, offset=offset)
         try:

@@ -244,14 +244,18 @@ function seriesLine(s, axis, created, tokens) {
   return { xs, ys, gaps };
 }
 
-// Steps covering an x range on the wall axis, from a series' (sorted) walls and steps.
-function stepsFor(range, axis, s, created) {
+// Steps covering an x range on an axis (step; wall: seconds since `created`; tokens: read off the
+// run's `tokens` series), from one of the run's loaded series (sorted by step): the last loaded step
+// at or before the range and the first at or after it, so the points between them are all inside.
+function stepsFor(range, axis, s, created, tokens) {
   if (axis === "step") return [Math.max(0, Math.floor(range[0])), Math.ceil(range[1])];
-  let lo = 0, hi = s.steps.length ? s.steps[s.steps.length - 1] : 0;
-  s.walls.forEach((w, i) => {
-    const x = w - created;
+  const xs = axis === "wall" ? s.walls.map((w) => w - created)
+    : s.steps.map((st) => (tokens ? interpolateAt(tokens.steps, tokens.values, st) : null));
+  let lo = 0, hi = s.steps.length ? s.steps[s.steps.length - 1] : 0, past = false;
+  xs.forEach((x, i) => {
+    if (x === null) return;
     if (x <= range[0]) lo = s.steps[i];
-    if (x >= range[1] && hi === s.steps[s.steps.length - 1]) hi = s.steps[i];
+    if (x >= range[1] && !past) { hi = s.steps[i]; past = true; }
   });
   return [lo, hi];
 }

@@ -1,6 +1,7 @@
 // Compare page: the config differences first, then the same keys of several runs overlaid (MoE vs
-// its dense twin, fp8 vs bf16) for any number of keys, on a step or wall-time axis, with per-layer
-// keys grouped, scalars logged once in one table, and optional run groups (mean + min–max band).
+// its dense twin, fp8 vs bf16) for any number of keys, on a step, wall-time or tokens axis, with
+// per-layer keys grouped, scalars logged once in one table, and optional run groups (mean + min–max
+// band). A zoom on a downsampled series refetches the range at full resolution on every axis.
 "use strict";
 
 const KEYS_PER_CALL = 16;
@@ -78,7 +79,8 @@ const KEYS_PER_CALL = 16;
   summary.hidden = once.length === 0;
 
   const full = {};  // key -> {runId -> series}
-  async function fetchKeys(list, range) {
+  // `list`'s series of the runs `among` (all by default), whole or the steps [start, end] of `steps`
+  async function fetchKeys(list, steps, among = ids) {
     const out = {};
     const chunks = [];
     for (let i = 0; i < list.length; i += KEYS_PER_CALL) chunks.push(list.slice(i, i + KEYS_PER_CALL));
@@ -86,10 +88,10 @@ const KEYS_PER_CALL = 16;
     const worker = async () => {
       while (chunks.length) {
         const part = chunks.shift();
-        const q = { runs: ids, key: part, points: 1500 };
-        if (range) Object.assign(q, { start: Math.max(0, Math.floor(range[0])), end: Math.ceil(range[1]) });
+        const q = { runs: among, key: part, points: 1500 };
+        if (steps) Object.assign(q, { start: steps[0], end: steps[1] });
         const res = await api("/api/compare", q);
-        Object.assign(out, res.series);
+        for (const [k, per] of Object.entries(res.series)) Object.assign(out[k] = out[k] || {}, per);
         done += part.length;
         progress.textContent = `${done} of ${list.length} keys loaded`;
       }
@@ -97,14 +99,34 @@ const KEYS_PER_CALL = 16;
     await Promise.all([worker(), worker(), worker()]);
     return out;
   }
+
+  // The zoomed x range at full resolution. On the step axis every run shares the steps; on wall time
+  // and tokens each run reaches the range at its own steps, read off its own loaded series, so each
+  // run is asked for its own steps.
+  async function fetchRange(list, range) {
+    if (state.xAxis === "step") return fetchKeys(list, stepsFor(range, "step"));
+    const out = {};
+    await Promise.all(runs.map(async (r) => {
+      let lo = Infinity, hi = -Infinity;
+      for (const k of list) {
+        const s = (full[k] || {})[r.id];
+        if (!s || !s.steps.length) continue;
+        const [a, b] = stepsFor(range, state.xAxis, s, r.created, (full.tokens || {})[r.id]);
+        lo = Math.min(lo, a); hi = Math.max(hi, b);
+      }
+      if (!(hi >= lo)) return;
+      const got = await fetchKeys(list, [lo, hi], [r.id]);
+      for (const [k, per] of Object.entries(got)) Object.assign(out[k] = out[k] || {}, per);
+    }));
+    return out;
+  }
   Object.assign(full, await fetchKeys(keys));
   let zoomed = {};
 
   const zoom = new ZoomGroup(async (range) => {
     if (!range) { zoomed = {}; drawAll(); return; }
-    if (state.xAxis !== "step") return;  // wall-time zoom redraws the loaded points only
     const need = keys.filter((k) => Object.values(full[k] || {}).some((s) => s.returned < s.total));
-    const got = need.length ? await fetchKeys(need, range) : {};
+    const got = need.length ? await fetchRange(need, range) : {};
     if (zoom.range !== range) return;
     zoomed = got;
     need.forEach((k) => drawKey(k));
@@ -112,7 +134,7 @@ const KEYS_PER_CALL = 16;
   });
 
   function linesFor(key) {
-    const per = zoomed[key] || full[key] || {};
+    const per = { ...(full[key] || {}), ...(zoomed[key] || {}) };  // a run the zoom did not refetch keeps its points
     const lineOf = (r) => {
       const s = per[r.id];
       if (!s) return null;

@@ -49,16 +49,7 @@ class RunCharts {
   }
 
   stepsFor(range, key) {
-    const axis = this.axisOf(key);
-    if (axis === "step") return [Math.max(0, Math.floor(range[0])), Math.ceil(range[1])];
-    const s = this.full[key] || this.full.tokens;
-    const xs = this.xsOf(s, axis);
-    let lo = 0, hi = s.steps.length ? s.steps[s.steps.length - 1] : 0;
-    xs.forEach((x, i) => {
-      if (x !== null && x <= range[0]) lo = s.steps[i];
-      if (x !== null && x >= range[1] && hi === s.steps[s.steps.length - 1]) hi = s.steps[i];
-    });
-    return [lo, hi];
+    return stepsFor(range, this.axisOf(key), this.full[key] || this.full.tokens, this.state.run.created, this.full.tokens);
   }
 
   chartIdOf(key) {

@@ -29,6 +29,7 @@ class RunQuery:
     project: str | None = None
     status: str | None = None
     tags: list[str] = field(default_factory=list)
+    tag_mode: str = "all"             # all: every tag must be on the run; any: at least one
     q: str | None = None
     parent: str | None = None
     top: bool = False                 # only runs without a parent (children are listed under theirs)
@@ -78,8 +79,11 @@ class RunTableStore(StoreBase):
             stmt = stmt.where(Run.parent == f.parent)
         elif f.top:
             stmt = stmt.where(Run.parent.is_(None))
-        for tag in f.tags:
-            stmt = stmt.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+        if f.tags and f.tag_mode == "any":
+            stmt = stmt.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag.in_(f.tags))))
+        else:
+            for tag in f.tags:
+                stmt = stmt.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
         if f.q:
             pattern = "%" + f.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             stmt = stmt.where(or_(Run.name.ilike(pattern, escape="\\"), Run.id.ilike(pattern, escape="\\")))

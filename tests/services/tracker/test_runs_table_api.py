@@ -56,6 +56,20 @@ def test_runs_filter_by_config_value_tag_and_status(api):
     assert api.get("/api/runs", params={"config": "optim.lr"}).status_code == 422
 
 
+def test_several_tags_match_all_of_them_or_any_of_them(api):
+    _run(api, "a", 3e-4, tags=["moe", "fp8"])
+    _run(api, "b", 1e-3, tags=["moe"])
+    _run(api, "c", 1e-3, tags=["dense"])
+    _run(api, "d", 1e-3)
+    ids = lambda **p: sorted(r["id"] for r in api.get("/api/runs", params=p).json()["runs"])  # noqa: E731
+    assert ids(tag=["moe", "fp8"]) == ["a"]  # all, the default
+    assert ids(tag=["moe", "fp8"], tag_mode="all") == ["a"]
+    assert ids(tag=["fp8", "dense"], tag_mode="any") == ["a", "c"]
+    assert ids(tag=["moe", "fp8"], tag_mode="any") == ["a", "b"]  # a run with both is listed once
+    assert api.get("/api/runs", params={"tag": ["moe", "fp8"], "tag_mode": "any"}).json()["total"] == 2
+    assert api.get("/api/runs", params={"tag": "moe", "tag_mode": "some"}).status_code == 422
+
+
 def test_pages_reach_past_500_runs(api):
     for i in range(620):
         api.post("/api/runs", json={"id": f"r{i:04d}", "project": "p", "created": 1000.0 + i})
