@@ -269,7 +269,9 @@ def main() -> None:
     result["planted_removed_by_margin"] = total("planted", "removed_at_default_margin", RULES)
     result["clean_past_margin_code_shaped"] = total("clean", "past_margin_code_shaped", RULES)
     result["planted_max_code_line_share"] = max((d["max_code_line_share"] for r in result["planted"].values()
-                                                 for d in r["flagged"].values()), default=0.0)
+                                                 for rule, d in r["flagged"].items() if rule in RULES), default=0.0)
+    result["clean_min_code_line_share_past_margin"] = min((c for r in result["clean"].values() for rule, d in r["flagged"].items()
+                                                           if rule in RULES for c in d["code_line_share_past_margin"]), default=None)
     # the other filters' rules: what the chain with their margins removed of what it flagged and kept without
     result["other_clean_flagged"] = total("clean", "n", OTHER_RULES)
     result["other_clean_removed_by_margins"] = total("clean", "removed_by_margins", OTHER_RULES)
