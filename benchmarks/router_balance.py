@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--workers", type=int, default=2, help="arms trained at once (one thread each)")
     p.add_argument("--quick", action="store_true", help="2 arms, 1 seed, 30 steps")
     p.add_argument("--calibrate", action="store_true", help="also calibrate each final model and report it frozen")
-    p.add_argument("--reuse", type=Path, default=None,
-                   help="a result file of this benchmark: its runs of the same arm (same overrides), seed, recipe and "
+    p.add_argument("--reuse", type=Path, action="append", default=[],
+                   help="a result file of this benchmark (repeatable): its runs of the same arm (same overrides), seed, recipe and "
                         "steps are taken from it instead of trained again (recorded in the result)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     args = p.parse_args(argv)
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     prepare_shards(with_parquet_documents(load_config(ROOT / args.recipe)), 0)  # once, before arms race to build them
     load0, t0 = os.getloadavg()[0], time.perf_counter()
-    done = reusable_runs(args.reuse, args.recipe, steps, arms, args.calibrate) if args.reuse else {}
+    done = {k: v for path in args.reuse for k, v in reusable_runs(path, args.recipe, steps, arms, args.calibrate).items()}
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
         jobs = {(n, s): pool.submit(run_arm, args.recipe, n, o, s, steps, tmp, args.calibrate)
                 for n, o in arms for s in seeds if (n, s) not in done}
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(line)
     result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "first_seed": args.first_seed, "frozen_tokens": FROZEN_TOKENS,
               "ranked_by": rank_by, "ranking": order, "baseline": baseline, "equal_eval_loss": EQUAL_LOSS,
-              "arms": table, "commit": tree_commit(), "reused_from": str(args.reuse) if args.reuse else None, "machine": {"cpu": cpu_and_flags()[0], "cores": os.cpu_count(),
+              "arms": table, "commit": tree_commit(), "reused_from": [str(p) for p in args.reuse], "machine": {"cpu": cpu_and_flags()[0], "cores": os.cpu_count(),
                                                                   "threads_per_run": 1, "workers": args.workers},
               "defaults": load_config(ROOT / args.recipe).model.moe.balance.model_dump(),
               "wall_seconds": round(time.perf_counter() - t0, 1), "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
