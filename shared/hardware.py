@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import shutil
@@ -21,6 +22,8 @@ from pathlib import Path
 import torch
 
 from shared.net import free_port
+
+log = logging.getLogger(__name__)
 
 # Dense (no sparsity) bf16 tensor-core TFLOP/s and HBM GB/s from the vendors' data sheets.
 # Matched by substring of torch.cuda.get_device_name(), most specific first.
@@ -324,7 +327,11 @@ def store_peak(report: DoctorReport) -> Path:
 
 
 def _store_peaks(peaks: dict[str, float]) -> Path:
-    """Merge `peaks` into the file under an exclusive lock (two processes storing at once both land)."""
+    """Merge `peaks` into the file under an exclusive lock (two processes storing at once both land).
+
+    A stored value only rises: a peak is the most the device did, and a measurement taken while
+    something else shared the cores reads low (which would inflate every later run's MFU), so a
+    later, higher measurement replaces it and a lower one never does."""
     import fcntl
 
     from shared.data.atomic import atomic_write_json
@@ -334,7 +341,9 @@ def _store_peaks(peaks: dict[str, float]) -> Path:
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         existing = _read_peaks(path)
-        existing.update(peaks)
+        for key, value in peaks.items():
+            old = existing.get(key)
+            existing[key] = max(value, old) if isinstance(old, int | float) else value
         atomic_write_json(path, existing)
     return path
 
@@ -366,9 +375,26 @@ def measured_peak_flops(device: torch.device | str, measure_missing: bool = Fals
         return next((t * 1e12 for k, t, _ in GPU_SPECS if k in name), None)
     if measure_missing:
         peak = measure_cpu_fp32_gflops() * 1e9
-        _store_peaks({key: peak})
+        busy = machine_busy()
+        if busy:
+            log.warning("measured the CPU peak (%.1f GFLOP/s) while the machine was busy (%s): MFU of this run "
+                        "is against it and reads high; not stored (run `moelab doctor` on a quiet machine)",
+                        peak / 1e9, busy)
+        else:
+            _store_peaks({key: peak})
         return peak
     return None
+
+
+def machine_busy() -> str:
+    """Why a measurement now would read low ('' when it would not): the 1-minute load average
+    already above half the cores, i.e. other work shares them."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    cores = os.cpu_count() or 1
+    return f"load average {load:.2f} on {cores} cores" if load > 0.5 * cores else ""
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for debugging

@@ -112,6 +112,7 @@ def test_a_cpu_without_a_stored_peak_is_measured_once_when_asked(monkeypatch):
     """A first training run on a new machine reports MFU: the peak is measured and stored."""
     calls = []
     monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: calls.append(1) or 123.0)
+    monkeypatch.setattr(hardware, "machine_busy", lambda: "")
     assert hardware.measured_peak_flops("cpu") is None and not calls  # not asked: nothing measured
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
@@ -124,6 +125,7 @@ def test_a_peak_of_another_machine_or_thread_count_is_never_used(monkeypatch):
     import threading
 
     monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 50.0)
+    monkeypatch.setattr(hardware, "machine_busy", lambda: "")
     hardware.peak_file().write_text(json.dumps({"cpu": 1e15, "cpu@othermachine/threads=1": 1e15}))
     assert hardware.measured_peak_flops("cpu") is None  # the old unkeyed entry and another machine's: not ours
     threads = torch.get_num_threads()
@@ -140,3 +142,33 @@ def test_a_peak_of_another_machine_or_thread_count_is_never_used(monkeypatch):
         t.join()
     stored = json.loads(hardware.peak_file().read_text())
     assert all(stored[f"k{i}"] == i + 1 for i in range(8)) and stored["cpu@othermachine/threads=1"] == 1e15
+
+
+def test_a_peak_measured_on_a_busy_machine_is_used_once_and_not_stored(monkeypatch):
+    """Measured while other work shared the cores, the peak reads low and every later run's MFU
+    would read high: it serves this run only, and the next quiet measurement is what gets stored."""
+    monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 40.0)
+    monkeypatch.setattr(hardware, "machine_busy", lambda: "load average 7.00 on 2 cores")
+    assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(40e9)
+    assert hardware.measured_peak_flops("cpu") is None  # nothing stored
+    monkeypatch.setattr(hardware, "machine_busy", lambda: "")
+    monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 90.0)
+    assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(90e9)
+    assert hardware.measured_peak_flops("cpu") == pytest.approx(90e9)
+
+
+def test_a_stored_peak_only_rises(monkeypatch):
+    """A lower measurement (contention) never replaces a higher one; a higher one replaces a low one."""
+    hardware._store_peaks({"k": 50e9})
+    hardware._store_peaks({"k": 30e9})
+    assert json.loads(hardware.peak_file().read_text())["k"] == pytest.approx(50e9)
+    hardware._store_peaks({"k": 80e9})
+    assert json.loads(hardware.peak_file().read_text())["k"] == pytest.approx(80e9)
+
+
+def test_machine_busy_reads_the_load_average(monkeypatch):
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(hardware.os, "getloadavg", lambda: (3.5, 1.0, 1.0))
+    assert hardware.machine_busy() == "load average 3.50 on 2 cores"
+    monkeypatch.setattr(hardware.os, "getloadavg", lambda: (0.4, 1.0, 1.0))
+    assert hardware.machine_busy() == ""
