@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -82,12 +83,13 @@ def _prose_with_number_rows() -> str:
     return "\n".join(rows)
 
 
-def _run_with_layout_flag(tmp_path):
+def _run_with_layout_flag(tmp_path, extra: tuple[dict, ...] = ()):
     """Twelve manual documents plus the near miss (source web) and two hard-wrapped pages (source
     manpages), through the web chain with Gopher and the perplexity review on."""
     paras = realtext.manual_paragraphs()
     web = [{"id": f"web{i}", "text": "\n\n".join(paras[20 + 6 * i : 26 + 6 * i])} for i in range(12)]
     web.append({"id": "numbers", "text": _prose_with_number_rows()})
+    web.extend(extra)
     wrapped = [{"id": f"man{i}", "text": "\n\n".join(textwrap.fill(p, 72) for p in paras[100 + 12 * i : 112 + 12 * i])}
                for i in range(2)]
     inputs = []
@@ -131,3 +133,17 @@ def test_inspect_flagged_shows_a_layout_flagged_document_beside_edit_flags_and_f
     assert len(shown) == 2 and all("c4:edit_over_limit" in line and "source=manpages" in line for line in shown)
     res = runner.invoke(app, ["data", "inspect", out, "--flagged", "--reason", "too_few_alpha_words", "--source", "manpages"])
     assert res.exit_code == 0 and _flagged_lines(res.output) == []
+
+
+def test_inspect_flagged_shows_how_far_a_repetition_flag_failed(tmp_path):
+    """A handbook-style page around a shell session that repeats its commands: the repetition rule's
+    line count flags it (half its lines repeat, 1.67x the 0.3 limit) and data inspect says how far."""
+    paras = [" ".join(p.split()) for p in realtext.manual_paragraphs()[200:206]]
+    session = {"id": "session", "text": "\n".join(paras[:3] + ["$ pwd", "/home/user", "$ ls"] * 4 + paras[3:])}
+    runner, out = _run_with_layout_flag(tmp_path, extra=(session,))
+    res = runner.invoke(app, ["data", "inspect", out, "--flagged", "--reason", "dup_line_frac"])
+    assert res.exit_code == 0, res.output
+    shown = _flagged_lines(res.output)
+    assert len(shown) == 1 and "id=session" in shown[0] and "repetition:dup_line_frac" in shown[0], res.output
+    times = float(shown[0].rsplit("  ", 1)[1].split("x its rule's limit")[0])
+    assert times == pytest.approx(9 / 18 / 0.3, abs=0.01)
