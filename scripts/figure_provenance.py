@@ -88,6 +88,7 @@ CODE: dict[str, tuple[str, ...]] = {
     "data_filter": ("benchmarks/data_filter.py", "services/data_filter"),
     "data_quality": ("benchmarks/data_quality.py", "benchmarks/quality_corpus.py", "services/data_filter"),
     "demo_filter": ("benchmarks/demo_filter.py", "services/data_filter"),
+    "review_margin": ("benchmarks/review_margin.py", "services/data_filter", "shared/config/filters.py"),
     "scorer_pairs": ("benchmarks/scorer_pairs.py", "services/scorer"),
     "scorer": ("benchmarks/scorer.py", "services/scorer"),
     "tracker": ("benchmarks/tracker.py", "services/tracker", "shared/tracking"),
