@@ -253,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {"bpb_gap": bpb_gap, "bpb_ci_low": bpb_ci_low,
               "task_metric": TASK_METRIC, "task_gap": task and task["gap"], "task_ci_low": task and task["ci_low"],
               "task_separates": bool(task) and task["ci_low"] > 0,
-              "eval_loss_gap": -comp["eval/loss"]["mean"] if "eval/loss" in comp else None,
-              "eval_loss_ci_low": -comp["eval/loss"]["ci_high"] if "eval/loss" in comp else None,
+              # lower is better: garbage − clean, > 0 when the clean arm is better, as for BPB
+              "eval_loss_gap": comp["eval/loss"]["mean"] if "eval/loss" in comp else None,
+              "eval_loss_ci_low": comp["eval/loss"]["ci_low"] if "eval/loss" in comp else None,
               # metrics whose interval excludes zero in the clean arm's favour
               "separating_metrics": sorted([m for m, c in comp.items() if c.get("excludes_zero")
                                             and (c["mean"] < 0) == c["higher_is_better"]]
