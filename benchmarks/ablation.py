@@ -1,7 +1,7 @@
 """Sanity ablation with a known answer: clean text against the same text with 30% planted garbage.
 
-Arm `clean` is the demo corpus's Wikipedia prose (every 20th document held out for eval loss); arm
-`garbage` is the same documents, in the same order, with the last 30% of every document's *tokens*
+Arm `clean` is the demo corpus's Wikipedia prose without its planted problems (every 20th document
+held out for eval loss); arm `garbage` is the same documents, in the same order, with the last 30% of every document's *tokens*
 replaced by as many tokens of planted garbage (web boilerplate, one line repeated, product spam).
 The one tokenizer both arms use is trained here on the clean documents, before the garbage arm
 exists, because it is what counts the 30%. Same token budget, same tiny MoE proxy (configs/tiny.yaml,
@@ -20,7 +20,7 @@ arm's favour (with ~15 metrics, one may do so by chance). `unigram_bpb_prose` is
 the clean arm's unigram token frequencies: a model near it has learned nothing the garbage could
 take away, which is why the previous 120-step budget could not separate the arms.
 
-    .venv/bin/python benchmarks/ablation.py            # 3 seeds x 280 steps x 2,048 tokens: one pass over the clean arm
+    .venv/bin/python benchmarks/ablation.py            # 3 seeds, one pass over the arms at 2,048 tokens a step
     .venv/bin/python benchmarks/ablation.py --quick    # 2 seeds, 6 steps, tiny model (a smoke test)
 
 The last line is one JSON object with bpb_gap (garbage − clean, mean over seeds), bpb_ci_low,
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
 GARBAGE_FRACTION = 0.3
-STEPS = 280  # x 2,048 tokens = 573,440: about one pass over the clean arm (its 796 documents)
+TOKENS_PER_STEP = 2048
 HELD_OUT_EVERY = 20  # every 20th Wikipedia document is held out for eval loss, in neither arm
 BOILERPLATE = ("Home | About us | Contact | Privacy policy | Terms of use | Cookie settings\n"
                "Subscribe to our newsletter! Click here to sign up. All rights reserved.\n")
@@ -93,7 +93,8 @@ def with_garbage(text: str, tok, rng: random.Random) -> tuple[str, int, int]:
 
 
 def split_corpus(root: Path) -> tuple[dict[str, Path], int]:
-    """clean.jsonl (the training documents) and held.jsonl (every HELD_OUT_EVERY-th document).
+    """clean.jsonl (the training documents) and held.jsonl (every HELD_OUT_EVERY-th document), from
+    the Wikipedia source's documents without a planted problem.
 
     A training document whose text is also held out (the corpus has duplicates) or is a prose
     reference text is left out here, before the garbage arm is made from the clean one: the ablation
@@ -103,6 +104,10 @@ def split_corpus(root: Path) -> tuple[dict[str, Path], int]:
     from shared.eval.reference_sets import load_reference_sets
 
     docs = [json.loads(line) for line in gzip.open(ROOT / "data/demo/wiki.jsonl.gz", "rt", encoding="utf-8")]
+    # the demo corpus plants problems in this source for the data filter to find (data/demo/PLANTED.md:
+    # boilerplate, duplicates, gibberish, other languages); the clean arm and the held-out set are
+    # the documents without them, or the "clean" arm would carry web boilerplate of its own
+    docs = [d for d in docs if not (d.get("meta") or {}).get("planted")]
     held_texts = {d["text"] for i, d in enumerate(docs) if i % HELD_OUT_EVERY == 0}
     never_train = held_texts | set(load_reference_sets(["prose"])["prose"])
     paths = {name: root / f"{name}.jsonl" for name in ("clean", "held")}
@@ -163,8 +168,9 @@ def unigram_bpb(tok, train: Path, texts: list[str]) -> float:
     return bits / sum(len(t.encode("utf-8")) for t in texts)
 
 
-def config(root: Path, quick: bool, seeds: int, steps: int):
-    """The ablation config and what was measured while making its arms."""
+def config(root: Path, quick: bool, seeds: int, steps: int | None):
+    """The ablation config and what was measured while making its arms; `steps` None: one pass over
+    the smaller arm (whole steps of TOKENS_PER_STEP), so neither arm repeats a token."""
     from shared.config import load_config
     from shared.eval.reference_sets import load_reference_sets
 
@@ -175,6 +181,8 @@ def config(root: Path, quick: bool, seeds: int, steps: int):
     files["garbage"] = root / "corpus" / "garbage.jsonl"
     planted = write_garbage_arm(files["clean"], files["garbage"], tok)
     prose = load_reference_sets(["prose"])["prose"]
+    if steps is None:
+        steps = min(planted["prose_tokens"] + planted["garbage_tokens"], planted["arm_tokens"]) // TOKENS_PER_STEP
     if quick:
         shape = ["model.d_model=32", "model.n_layers=2", "model.max_seq_len=64", "train.seq_len=64",
                  "train.micro_batch_size=4", "optim.warmup_steps=2", "ablation.reference_texts=8",
@@ -182,7 +190,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int):
     else:
         # trained at the window the suite evaluates in (the model's max_seq_len), 2,048 tokens a step
         # in one micro-batch (the recipe's 16 micro-batches of one sequence cost ~3x the time on CPU)
-        shape = [f"train.seq_len={base.model.max_seq_len}", f"train.micro_batch_size={2048 // base.model.max_seq_len}"]
+        shape = [f"train.seq_len={base.model.max_seq_len}", f"train.micro_batch_size={TOKENS_PER_STEP // base.model.max_seq_len}"]
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
         "name=sanity-ablation", "mixture.documents=[]", "mixture.eval_documents=[]", "mixture.rates={}",
         "train.eval_every=100000", "train.eval_batches=16", "train.checkpoint_every=100000",
@@ -193,7 +201,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int):
         *shape,
     ])
     used = prose[: cfg.ablation.reference_texts]
-    return cfg, {**planted, "training_documents_left_out": left_out, "unigram_bpb_prose": unigram_bpb(tok, files["clean"], used),
+    return cfg, {**planted, "steps": steps, "training_documents_left_out": left_out, "unigram_bpb_prose": unigram_bpb(tok, files["clean"], used),
                  "prose_reference_texts": len(used), "prose_reference_bytes": sum(len(x.encode("utf-8")) for x in used)}
 
 
@@ -220,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="Also write the final JSON here")
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 3)
-    steps = args.steps or (6 if args.quick else STEPS)
+    steps = args.steps or (6 if args.quick else None)
 
     import ray
 
@@ -267,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
               "garbage_token_fraction": made["garbage_token_fraction"],
               "documents_per_arm": {arm: report["arms"][arm]["documents"]["written"] for arm in ("clean", "garbage")},
               "training_documents_left_out": made["training_documents_left_out"],
-              "seeds": seeds, "steps": steps, "budget_tokens": report["budget_tokens"], "quick": args.quick,
+              "seeds": seeds, "steps": made["steps"], "budget_tokens": report["budget_tokens"], "quick": args.quick,
               "verdicts": [*report["verdicts"], *([task["verdict"]] if task else [])],
               "seconds": round(seconds, 1), "passed": passed,
               # `seconds` is wall-clock: read it against the machine's load while it ran
