@@ -374,11 +374,12 @@ def measured_peak_flops(device: torch.device | str, measure_missing: bool = Fals
         name = torch.cuda.get_device_name(device)
         return next((t * 1e12 for k, t, _ in GPU_SPECS if k in name), None)
     if measure_missing:
+        before = _cpu_seconds()
         peak = measure_cpu_fp32_gflops() * 1e9
-        busy = machine_busy()
+        busy = machine_busy(before, _cpu_seconds())
         if busy:
-            log.warning("measured the CPU peak (%.1f GFLOP/s) while the machine was busy (%s): MFU of this run "
-                        "is against it and reads high; not stored (run `moelab doctor` on a quiet machine)",
+            log.warning("measured the CPU peak (%.1f GFLOP/s) while other work shared the cores (%s): this "
+                        "run's MFU is against it and reads high; not stored (run `moelab doctor` when quiet)",
                         peak / 1e9, busy)
         else:
             _store_peaks({key: peak})
@@ -386,15 +387,30 @@ def measured_peak_flops(device: torch.device | str, measure_missing: bool = Fals
     return None
 
 
-def machine_busy() -> str:
-    """Why a measurement now would read low ('' when it would not): the 1-minute load average
-    already above half the cores, i.e. other work shares them."""
+def _cpu_seconds() -> tuple[float, float, float] | None:
+    """(wall, the machine's busy CPU seconds, this process's CPU seconds), or None without /proc/stat."""
+    import resource
+
     try:
-        load = os.getloadavg()[0]
-    except OSError:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return time.monotonic(), (sum(ticks[:8]) - idle) / hz, me.ru_utime + me.ru_stime
+
+
+def machine_busy(before: tuple[float, float, float] | None, after: tuple[float, float, float] | None) -> str:
+    """Why a measurement taken between `before` and `after` reads low ('' when it does not): other
+    processes used more than a quarter of one core on average meanwhile. Measured, not read from
+    the load average, which lags by a minute and counts this pipeline's own finished stages."""
+    if before is None or after is None or after[0] <= before[0]:
         return ""
-    cores = os.cpu_count() or 1
-    return f"load average {load:.2f} on {cores} cores" if load > 0.5 * cores else ""
+    wall = after[0] - before[0]
+    others = (after[1] - before[1]) - (after[2] - before[2])
+    return f"other processes used {others / wall:.2f} cores meanwhile" if others > 0.25 * wall else ""
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for debugging

@@ -112,7 +112,7 @@ def test_a_cpu_without_a_stored_peak_is_measured_once_when_asked(monkeypatch):
     """A first training run on a new machine reports MFU: the peak is measured and stored."""
     calls = []
     monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: calls.append(1) or 123.0)
-    monkeypatch.setattr(hardware, "machine_busy", lambda: "")
+    monkeypatch.setattr(hardware, "machine_busy", lambda before, after: "")
     assert hardware.measured_peak_flops("cpu") is None and not calls  # not asked: nothing measured
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(123e9)
@@ -125,7 +125,7 @@ def test_a_peak_of_another_machine_or_thread_count_is_never_used(monkeypatch):
     import threading
 
     monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 50.0)
-    monkeypatch.setattr(hardware, "machine_busy", lambda: "")
+    monkeypatch.setattr(hardware, "machine_busy", lambda before, after: "")
     hardware.peak_file().write_text(json.dumps({"cpu": 1e15, "cpu@othermachine/threads=1": 1e15}))
     assert hardware.measured_peak_flops("cpu") is None  # the old unkeyed entry and another machine's: not ours
     threads = torch.get_num_threads()
@@ -148,10 +148,10 @@ def test_a_peak_measured_on_a_busy_machine_is_used_once_and_not_stored(monkeypat
     """Measured while other work shared the cores, the peak reads low and every later run's MFU
     would read high: it serves this run only, and the next quiet measurement is what gets stored."""
     monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 40.0)
-    monkeypatch.setattr(hardware, "machine_busy", lambda: "load average 7.00 on 2 cores")
+    monkeypatch.setattr(hardware, "machine_busy", lambda before, after: "other processes used 1.50 cores meanwhile")
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(40e9)
     assert hardware.measured_peak_flops("cpu") is None  # nothing stored
-    monkeypatch.setattr(hardware, "machine_busy", lambda: "")
+    monkeypatch.setattr(hardware, "machine_busy", lambda before, after: "")
     monkeypatch.setattr(hardware, "measure_cpu_fp32_gflops", lambda: 90.0)
     assert hardware.measured_peak_flops("cpu", measure_missing=True) == pytest.approx(90e9)
     assert hardware.measured_peak_flops("cpu") == pytest.approx(90e9)
@@ -166,9 +166,19 @@ def test_a_stored_peak_only_rises(monkeypatch):
     assert json.loads(hardware.peak_file().read_text())["k"] == pytest.approx(80e9)
 
 
-def test_machine_busy_reads_the_load_average(monkeypatch):
-    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(hardware.os, "getloadavg", lambda: (3.5, 1.0, 1.0))
-    assert hardware.machine_busy() == "load average 3.50 on 2 cores"
-    monkeypatch.setattr(hardware.os, "getloadavg", lambda: (0.4, 1.0, 1.0))
-    assert hardware.machine_busy() == ""
+def test_machine_busy_counts_what_other_processes_used_during_the_measurement():
+    # (wall, machine busy seconds, own seconds): 2 s of wall, we used 3.8 CPU s of the machine's 4
+    assert hardware.machine_busy((0.0, 10.0, 1.0), (2.0, 14.0, 4.8)) == ""
+    # the machine was busy for 4 CPU s but we used 1: others took 1.5 cores
+    assert hardware.machine_busy((0.0, 10.0, 1.0), (2.0, 14.0, 2.0)) == "other processes used 1.50 cores meanwhile"
+    assert hardware.machine_busy(None, (2.0, 14.0, 2.0)) == ""  # no /proc/stat: cannot tell, not refused
+
+
+def test_the_machine_counters_include_our_own_gemm_time():
+    """/proc/stat's busy time covers this process's own CPU time, so `others` is what is left."""
+    before = hardware._cpu_seconds()
+    hardware.measure_cpu_fp32_gflops(n=384, repeats=3)
+    after = hardware._cpu_seconds()
+    assert before is not None and after is not None
+    own, machine = after[2] - before[2], after[1] - before[1]
+    assert own > 0.02 and machine >= own - 0.05  # clock ticks are coarse (10 ms)
