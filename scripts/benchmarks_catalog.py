@@ -96,6 +96,23 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "recipe_gamma_1e-2=model.moe.balance.bias_update_rate=0.01 --arm recipe_per_step_gamma_1e-1="
         "model.moe.balance.bias_update_every=step,model.moe.balance.bias_update_rate=0.1",
         "The tiny recipe's bias cadence and step size, ranked by the frozen router (docs/moe.md).", {"seeds": 4}),
+    "router_balance_arms.json": (
+        "python benchmarks/router_balance.py --arm recipe= --first-seed 2 --seeds 2 --calibrate --workers 2 "
+        "--out benchmarks/results/router_balance_arms.json",
+        "The tiny recipe, seeds 2 and 3, each final model frozen and calibrated (seeds 0 and 1: "
+        "benchmarks/results/router_calibration/).", {"first_seed": 2, "seeds": 2}),
+    "router_balance_arms_s2.json": (
+        "python benchmarks/router_balance.py --arm bias_window_65k=model.moe.balance.bias_update_window_tokens=65536 "
+        "--arm router_cooldown_0.15=model.moe.balance.router_lr_cooldown=0.15 --arm "
+        "seq_alpha_1e-3=model.moe.balance.seq_aux_alpha=0.001 --first-seed 2 --seeds 1 --calibrate --workers 3 "
+        "--out benchmarks/results/router_balance_arms_s2.json",
+        "The training-time arms of docs/moe.md, seed 2, each calibrated.", {"first_seed": 2, "seeds": 1}),
+    "router_balance_arms_ranked.json": (
+        "python benchmarks/router_balance.py --arms frozen --first-seed 2 --seeds 1 --calibrate --reuse "
+        "benchmarks/results/router_balance_arms.json --reuse benchmarks/results/router_balance_arms_s2.json "
+        "--out benchmarks/results/router_balance_arms_ranked.json",
+        "No training: the runs of the two files above, paired with the recipe by seed and ranked.",
+        {"first_seed": 2, "seeds": 1}),
     "scorer.json": ("python benchmarks/scorer.py --unseen {docs}", "", {"quick": False}),
     "scorer_pairs.json": ("python benchmarks/scorer_pairs.py --per-group 30", "", {"pairs_per_kind.order": 60}),
     "scorer_probe_layers.json": ("python benchmarks/scorer.py --probe-layers 1,2,3 --unseen {docs}", "", {"judge_layer": 4}),
