@@ -125,6 +125,12 @@ class Source:
     values: list[float]
     commit: str | None  # the commit that last wrote the file
     stale_since: str | None = None  # the later code commit that makes it stale
+    ran_on: str | None = None  # the commit a JSON result records it ran on, when the repository has it
+
+    @property
+    def code_commit(self) -> str | None:
+        """The code the figures belong to: what the run recorded, else the commit that filed them."""
+        return self.ran_on or self.commit
 
     @property
     def label(self) -> str:
@@ -267,11 +273,40 @@ def load_sources(root: Path) -> list[Source]:
             src = Source(rel, read_values(p), wrote[0] if wrote else None)
             bench = benchmark_of(rel)
             if wrote and bench and not rel.startswith(("docs/gpu/", "benchmarks/results/gpu/")):
-                code = _last_commit(root, CODE[bench])
-                if code and code[1] > wrote[1]:
-                    src.stale_since = code[0]
+                src.ran_on = recorded_commit(p, root)
+                if src.ran_on:  # the code it ran on, whenever the file was committed
+                    src.stale_since = _changed_since(root, src.ran_on, CODE[bench])
+                else:
+                    code = _last_commit(root, CODE[bench])
+                    if code and code[1] > wrote[1]:
+                        src.stale_since = code[0]
             out.append(src)
     return out
+
+
+def recorded_commit(path: Path, root: Path) -> str | None:
+    """The commit a JSON result says it ran on (`commit`, `-dirty` dropped), when the repository has
+    it; None otherwise (then the commit that added the file stands in). A result committed after a
+    change to its code, but run before it, is stale: what counts is the code it ran, not when it
+    was filed."""
+    if path.suffix != ".json":
+        return None
+    try:
+        commit = json.loads(path.read_text()).get("commit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(commit, str):
+        return None
+    commit = commit.removesuffix("-dirty")
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        return None
+    return commit if _git("cat-file", "-t", commit, root=root) == "commit" else None
+
+
+@cache
+def _changed_since(root: Path, commit: str, paths: tuple[str, ...]) -> str | None:
+    """The newest commit after `commit` that touched `paths`, or None when none did."""
+    return _git("log", "-1", "--format=%h", f"{commit}..HEAD", "--", *paths, root=root) or None
 
 
 def _is_gpu(src: Source) -> bool:
@@ -359,8 +394,8 @@ def _check_figure(fig: Figure, where: str, named: list[Source], sources: list[So
         if not named:
             report.global_matched += 1
         return
-    if any(s.commit and _names(f, s.path) and (c.startswith(s.commit) or s.commit.startswith(c))
-           for s in hits for f, c in stale_marks):
+    if any(k and _names(f, s.path) and (c.startswith(k) or k.startswith(c))
+           for s in hits for k in {s.commit, s.ran_on} for f, c in stale_marks):
         report.stale_marked += 1
         return
     if any(_is_gpu(s) and tree_of((root / s.path).parent) in trees for s in hits):
@@ -386,9 +421,9 @@ def _check_figure(fig: Figure, where: str, named: list[Source], sources: list[So
                                f"mark the paragraph (code not checkable: tree {tree})")
     else:
         s = hits[0]
-        report.failures.append(f"{where} comes from {s.path}, written on {s.commit} before the code it "
+        report.failures.append(f"{where} comes from {s.path}, run on {s.code_commit} before the code it "
                                f"measures changed ({s.stale_since}); rerun it, or mark the paragraph "
-                               f"(stale: {s.path} ran on {s.commit})")
+                               f"(stale: {s.path} ran on {s.code_commit})")
 
 
 def run(root: Path = ROOT, docs: tuple[str, ...] | None = None) -> Report:

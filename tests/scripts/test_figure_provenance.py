@@ -42,6 +42,7 @@ def _commit(root: Path, message: str, when: int) -> str:
 def _check(root: Path, text: str) -> fp.Report:
     (root / "README.md").write_text(text)
     fp._last_commit.cache_clear()
+    fp._changed_since.cache_clear()
     return fp.run(root, ("README.md",))
 
 
@@ -70,6 +71,25 @@ def test_a_result_file_older_than_the_code_it_measures_fails_until_the_paragraph
     assert marked.failures == [] and marked.stale_marked == 1
     wrong_commit = _check(repo, "Our layer runs at 1.83× the peer (stale: benchmarks/results/moe_layer.native.json ran on abcdef1).\n")
     assert len(wrong_commit.failures) == 1
+
+
+def test_a_result_filed_after_a_code_change_but_run_before_it_is_stale_by_the_commit_it_records(repo):
+    """Committing an old run's file after the code moved must not make it current: the commit the
+    result records decides, not the commit that filed it."""
+    ran_on = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (repo / "shared" / "model" / "moe.py").write_text("x = 2\n")
+    _commit(repo, "code moves on", when=2_000)
+    result = repo / "benchmarks" / "results" / "moe_layer.native.json"
+    result.write_text(json.dumps({"ratio": 1.8316, "commit": ran_on + "-dirty"}))
+    _commit(repo, "file the old run", when=3_000)
+    stale = _check(repo, "Our layer runs at 1.83× the peer.\n")
+    assert len(stale.failures) == 1 and f"ran on {ran_on})" in stale.failures[0]
+    marked = _check(repo, f"Our layer runs at 1.83× the peer (stale: benchmarks/results/moe_layer.native.json ran on {ran_on}).\n")
+    assert marked.failures == [] and marked.stale_marked == 1
+    head = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    result.write_text(json.dumps({"ratio": 1.8316, "commit": head}))  # a rerun on the current code
+    _commit(repo, "rerun", when=4_000)
+    assert _check(repo, "Our layer runs at 1.83× the peer.\n").failures == []
 
 
 def test_a_stale_folder_marker_covers_the_files_its_commit_wrote_and_no_other(repo):
