@@ -57,6 +57,7 @@ import urllib.request  # noqa: E402
 import uuid  # noqa: E402
 
 from shared.net import free_port  # noqa: E402
+from shared.provenance import cpu_and_flags, load_average_text, tree_commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = ROOT / "runs" / "bench-venvs" / "mlflow"
@@ -437,6 +438,9 @@ def main() -> None:
             "mlflow_retries": sum(r.get("retries", 0) for rs in results.values() for r in rs),
             "quick": args.quick,
             "load_avg_1m": round(os.getloadavg()[0], 1),  # the machine is shared: context for the timings
+            "load_average_end": load_average_text(),
+            "commit": tree_commit(),  # the code the figures belong to
+            "machine": {"cpu": cpu_and_flags()[0], "isa_flags": cpu_and_flags()[1], "cores": os.cpu_count()},
             "targets_met": rate["ours"] / rate["mlflow"] >= 20 and q["cold_ms"] < 100,
         }
     except NotStored as exc:
