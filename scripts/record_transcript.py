@@ -44,6 +44,7 @@ def record(out: Path, command: list[str]) -> int:
         f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
         f"load average at start (1, 5, 15 min): {load_average_text()}",
         "",
+        f"$ {shlex.join(command)}",  # as the terminal showed it, so a quoted block can start with it
     ]
     t0 = time.monotonic()
     proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
