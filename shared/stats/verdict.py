@@ -8,8 +8,9 @@ The interval is the paired Student-t interval (shared/stats/paired.py says why n
 N is the sample size of a paired two-sided t-test at the same level with 80% power,
 n = ((t_{n−1, 1−α/2} + t_{n−1, power}) · sd / |mean|)², solved for n, from the differences
 measured here (DataDecide and FineWeb use 2–3 seeds at small scale; this says when that is not
-enough). When every seed gave exactly the same difference (accuracies moving by one item on each
-seed), the interval has no width: the verdict says so rather than read that as certainty.
+enough). When every seed gave exactly the same nonzero difference (accuracies moving by one item on
+each seed), the spread is zero and a t-interval cannot be formed: the verdict names no winner and
+says so, since two or three identical one-item moves are what chance gives most often.
 """
 
 from __future__ import annotations
@@ -44,26 +45,22 @@ def seeds_needed(mean: float, sd: float, level: float = 0.95, power: float = POW
     return max(MAX_SEEDS, math.ceil((z * sd / abs(mean)) ** 2))
 
 
-def zero_width_caveat(comp: Comparison) -> str:
-    """A clause for a win whose interval is a point: every seed's difference was the same (one
-    item of a task on each seed), so the data hold no spread to scale; empty otherwise."""
-    if len(comp.seeds) > 1 and comp.sd == 0:
-        return "; every seed gave the same difference, so the interval has no width: that is not certainty"
-    return ""
-
-
 def verdict_line(metric: str, arm: str, baseline: str, comp: Comparison, higher_is_better: bool) -> str:
     """The verdict sentence for arm − baseline on `metric` (see the module docstring)."""
     sign = 1.0 if higher_is_better else -1.0
     gain, lo, hi = sign * comp.mean, *sorted((sign * comp.low, sign * comp.high))
     pct = f"{comp.level:.0%}"
     n = len(comp.seeds)
+    if n > 1 and comp.sd == 0 and comp.mean != 0:
+        return (f"{arm} vs {baseline} on {metric}: no interval (every one of the {n} seeds gave the same "
+                f"difference, {gain:+.4g} for {arm}, so there is no spread to scale): no winner named; "
+                "more seeds or a finer-grained metric would tell")
     if comp.excludes_zero:
         winner, loser = (arm, baseline) if gain > 0 else (baseline, arm)
         if gain < 0:
             gain, lo, hi = -gain, -hi, -lo
         return (f"{winner} beat {loser} by {gain:.4g} {metric}, {pct} t-interval [{lo:.4g}, {hi:.4g}] "
-                f"({n} seed{'s' if n != 1 else ''}){zero_width_caveat(comp)}")
+                f"({n} seed{'s' if n != 1 else ''})")
     needed = seeds_needed(comp.mean, comp.sd, comp.level)
     if needed is None:
         tail = ("the arms measured the same on every seed" if comp.sd == 0 else
