@@ -113,6 +113,18 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "--out benchmarks/results/router_balance_arms_ranked.json",
         "No training: the runs of the two files above, paired with the recipe by seed and ranked.",
         {"first_seed": 2, "seeds": 1}),
+    "router_balance_arms_s3.json": (
+        "python benchmarks/router_balance.py --arm bias_window_65k=model.moe.balance.bias_update_window_tokens=65536 "
+        "--arm router_cooldown_0.15=model.moe.balance.router_lr_cooldown=0.15 --arm "
+        "seq_alpha_1e-3=model.moe.balance.seq_aux_alpha=0.001 --first-seed 3 --seeds 1 --calibrate --workers 3 "
+        "--out benchmarks/results/router_balance_arms_s3.json",
+        "The training-time arms of docs/moe.md, seed 3, each calibrated.", {"first_seed": 3, "seeds": 1}),
+    "router_balance_arms_ranked_s23.json": (
+        "python benchmarks/router_balance.py --arms frozen --first-seed 2 --seeds 2 --calibrate --reuse "
+        "benchmarks/results/router_balance_arms.json --reuse benchmarks/results/router_balance_arms_s2.json --reuse "
+        "benchmarks/results/router_balance_arms_s3.json --out benchmarks/results/router_balance_arms_ranked_s23.json",
+        "No training: seeds 2 and 3 of the recipe and the three arms, paired by seed and ranked.",
+        {"first_seed": 2, "seeds": 2}),
     "scorer.json": ("python benchmarks/scorer.py --unseen {docs}", "", {"quick": False}),
     "scorer_pairs.json": ("python benchmarks/scorer_pairs.py --per-group 30", "", {"pairs_per_kind.order": 60}),
     "scorer_probe_layers.json": ("python benchmarks/scorer.py --probe-layers 1,2,3 --unseen {docs}", "", {"judge_layer": 4}),
