@@ -177,8 +177,8 @@ def test_machine_busy_counts_what_other_processes_used_during_the_measurement():
 def test_the_machine_counters_include_our_own_gemm_time():
     """/proc/stat's busy time covers this process's own CPU time, so `others` is what is left."""
     before = hardware._cpu_seconds()
-    hardware.measure_cpu_fp32_gflops(n=384, repeats=3)
+    hardware.measure_cpu_fp32_gflops(n=512, repeats=20)  # well over the 10 ms clock tick on any machine
     after = hardware._cpu_seconds()
     assert before is not None and after is not None
     own, machine = after[2] - before[2], after[1] - before[1]
-    assert own > 0.02 and machine >= own - 0.05  # clock ticks are coarse (10 ms)
+    assert own > 0.005 and machine >= own - 0.05  # clock ticks are coarse (10 ms)
