@@ -198,10 +198,12 @@ def main(argv: list[str] | None = None) -> dict:
     from shared.config import load_config
 
     arms = [(a.split("=", 1)[0], [o for o in a.split("=", 1)[1].split(",") if o]) for a in args.arm] or ARM_SETS[args.arms]
+    if args.quick:  # before the seed list is made from it
+        args.seeds = 1
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     steps = args.steps or load_config(ROOT / args.recipe).train.steps
     if args.quick:
-        arms, steps, args.seeds = arms[:2], 30, 1
+        arms, steps = arms[:2], 30
     from services.trainer.data import prepare_shards, with_parquet_documents
 
     prepare_shards(with_parquet_documents(load_config(ROOT / args.recipe)), 0)  # once, before arms race to build them
