@@ -29,6 +29,7 @@ GPU that cannot run a recipe is found when the model is built, not mid-training.
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +54,9 @@ from shared.precision.weight_cache import WeightQuantCache
 _GROUPED_OK: dict[tuple[int, str], bool] = {}
 # CUDA device -> whether the probe's ragged row-wise grouped GEMM (offsets form) agreed with the emulation
 _RAGGED_OK: dict[int, bool] = {}
+# Why a faster expert path was refused on a device, as the probe found it (logged once when found).
+FALLBACK_REASONS: dict[tuple[int, str], str] = {}
+log = logging.getLogger(__name__)
 # CUDA device -> how per-tensor scales are passed to `torch._scaled_mm` there (the first of
 # `TENSOR_SCALE_FORMS` the probe found working); the 0-dim form until a probe has run
 _TENSOR_FORM: dict[int, str] = {}
@@ -226,12 +230,23 @@ def _probe(granularity: str, grad_format: str, device: int) -> str | None:
         if problem:
             return f"fp8 {granularity} on torch._scaled_mm: {problem}"
     if kind in ("tensor", "row") and hasattr(torch, "_scaled_grouped_mm"):
-        _GROUPED_OK[(device, kind)] = True
-        if _compare(recipe, operands[1:]):
-            _GROUPED_OK[(device, kind)] = False  # one torch._scaled_mm per expert instead
+        _GROUPED_OK[(device, kind)] = not note_fallback(
+            device, "batched torch._scaled_grouped_mm", _compare(recipe, operands[1:]), "one torch._scaled_mm per expert")
     if ragged_supports(recipe, 256, 256) is None:
-        _RAGGED_OK[device] = not _compare_ragged(recipe, dev, gen)  # padded batches instead
+        _RAGGED_OK[device] = not note_fallback(
+            device, "ragged fp8 grouped GEMM", _compare_ragged(recipe, dev, gen), "padded expert batches")
     return None
+
+
+def note_fallback(device: int, path: str, problem: str, instead: str) -> bool:
+    """Record and log why `path` was refused on `device` (`problem`, '' when it agreed with the
+    emulation); returns whether it was refused. A slower path taken without a word would read as
+    fp8 being slow rather than as one kernel refusing."""
+    if not problem:
+        return False
+    FALLBACK_REASONS[(device, path)] = problem
+    log.warning("fp8 on cuda:%d: the %s %s; using %s instead", device, path, problem, instead)
+    return True
 
 
 def _compare_ragged(recipe: GemmRecipe, dev: torch.device, gen: torch.Generator) -> str:

@@ -290,3 +290,17 @@ def test_tiny_model_trains_on_native_fp8_as_bf16_does_and_reports_the_backend(ba
     assert bf16[0] - bf16[-1] > 0.2, bf16
     assert fp8[0] - fp8[-1] > 0.8 * (bf16[0] - bf16[-1]), (fp8, bf16)
     assert abs(fp8[-1] - bf16[-1]) < 0.15, (fp8[-1], bf16[-1])
+
+
+def test_a_refused_faster_expert_path_is_logged_with_its_reason(caplog):
+    """The probe's fallbacks (ragged, batched) say why; an agreeing path records nothing."""
+    from shared.precision import native
+
+    native.FALLBACK_REASONS.clear()
+    assert native.note_fallback(0, "ragged fp8 grouped GEMM", "", "padded expert batches") is False
+    assert native.FALLBACK_REASONS == {}
+    with caplog.at_level("WARNING", logger="shared.precision.native"):
+        assert native.note_fallback(0, "ragged fp8 grouped GEMM", "refused (bad layout)", "padded expert batches")
+    assert native.FALLBACK_REASONS == {(0, "ragged fp8 grouped GEMM"): "refused (bad layout)"}
+    assert "refused (bad layout); using padded expert batches instead" in caplog.text
+    native.FALLBACK_REASONS.clear()
