@@ -50,6 +50,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from benchmarks.result_file import save_result  # noqa: E402
+
 
 def build_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
     """(id, text) pairs of real text and degraded copies, deterministic."""
@@ -390,9 +392,7 @@ def main() -> None:
         **machine, "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     if not args.quick:  # a smoke run leaves the committed figures alone
-        out = _HERE / "results" / "data_filter.json"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        save_result(_HERE / "results" / "data_filter.json", result)
     print(json.dumps(result))
 
 

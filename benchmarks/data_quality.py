@@ -40,6 +40,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # benc
 sys.path.insert(0, str(_HERE.parent))
 
 from benchmarks import quality_corpus as Q  # noqa: E402
+from benchmarks.result_file import save_result  # noqa: E402
 
 BAD_KINDS = ("shuffled", "word_salad", "gibberish", "boilerplate", "repetition", "profanity", "other_language")
 
@@ -234,8 +235,7 @@ def main() -> None:
         "quick": args.quick, "seed": args.seed,
     }
     if not args.quick:  # a smoke run leaves the committed figures alone
-        (_HERE / "results").mkdir(exist_ok=True)
-        (_HERE / "results" / "data_quality.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        save_result(_HERE / "results" / "data_quality.json", result)
     print(json.dumps(result, sort_keys=True))
 
 

@@ -32,6 +32,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # benc
 ROOT = _HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.result_file import save_result  # noqa: E402
+
 
 def planted_labels(inputs) -> dict[str, tuple[str, dict | None]]:
     """id -> (source, meta.planted or None) for every JSON line of the demo inputs."""
@@ -118,8 +120,7 @@ def main() -> None:
     for problem, p in result["planted_not_written"].items():
         pairs = {k: v for k, v in p.items() if k.endswith("_written")}
         print(f"  planted {problem:22s} {p['records']:4d} records, not written {p['frac']:.3f} {pairs or ''}")
-    (_HERE / "results").mkdir(exist_ok=True)
-    (_HERE / "results" / "demo_filter.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    save_result(_HERE / "results" / "demo_filter.json", result)
     print(json.dumps(result, sort_keys=True))
 
 

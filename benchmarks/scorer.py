@@ -42,11 +42,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 def finish(result: dict, out: str, name: str, quick: bool) -> None:
     """Add the machine the run measured on (its counts reproduce across machines, its docs/s do not),
     write the JSON and print it as the last line."""
-    from services.scorer.stage_support import write_result
+    from benchmarks.result_file import RESULTS, save_result
     from shared.kernels.blas_probe import machine_report
 
     result["machine"] = machine_report()
-    write_result(result, out, name, quick)
+    if out or not quick:
+        save_result(Path(out) if out else RESULTS / f"{name}.json", result)
     print(json.dumps(result))
 
 

@@ -95,13 +95,14 @@ def main() -> None:
     args = ap.parse_args()
     import numpy as np
 
+    from benchmarks.result_file import RESULTS, save_result
     from services.scorer import pipeline
     from services.scorer.cascade import CascadeScorer
     from services.scorer.degrade import degrade, kinds_for
     from services.scorer.oracle import make_oracle
     from services.scorer.sample_docs import demo_pool
     from services.scorer.shipped_code import SHIPPED_CODE
-    from services.scorer.stage_support import benchmark_recipe, write_result
+    from services.scorer.stage_support import benchmark_recipe
     from shared.kernels.blas_probe import machine_report
 
     cfg, overrides = benchmark_recipe(args.config, args.overrides, args.quick)
@@ -179,7 +180,8 @@ def main() -> None:
         "only_code": args.only_code, "heads_only": args.heads_only,
         "machine": machine_report(),  # its counts reproduce across machines, its seconds do not
     }
-    write_result(result, args.out, "scorer_pairs", args.quick)
+    if args.out or not args.quick:
+        save_result(Path(args.out) if args.out else RESULTS / "scorer_pairs.json", result)
     print(json.dumps(result))
 
 

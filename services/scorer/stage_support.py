@@ -169,11 +169,3 @@ def benchmark_recipe(path: str, overrides: list[str], quick: bool):
     cfg = load_config(path, applied)
     cfg.tracker.mode = "disabled"
     return cfg, applied
-
-
-def write_result(result: dict, out: str, name: str, quick: bool) -> None:
-    """A benchmark's JSON, atomically, to `out` or benchmarks/results/<name>.json (not for --quick runs)."""
-    path = Path(out) if out else (None if quick else Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-                                  / f"{name}.json")
-    if path is not None:
-        write_json_atomic(result, path)
