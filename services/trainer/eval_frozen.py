@@ -12,7 +12,7 @@ Multi-rank: each rank routes its own rows of each batch (rank r holds global row
 the rows, sources and choices are gathered and put back in global order, so documents that run on
 from one sequence into the next are found as one process would find them, and every rank computes
 the same figures. The floor needs documents to resample: below `MIN_FLOOR_DOCUMENTS` it is left out
-(with a warning naming the count) rather than reported from a handful of blocks, where a bootstrap
+(with a warning naming the count, once per run from the trainer's eval) rather than reported from a handful of blocks, where a bootstrap
 reads near 0. Raise `train.eval_batches` for a larger sample (≥ 131k tokens is what the frozen
 figures elsewhere use); the cost is the evaluation's own forward passes.
 """
@@ -85,9 +85,12 @@ def _global_order(tap: RoutingTap) -> tuple[Tensor, list[str], dict[int, Tensor]
     return torch.stack(rows), sources, {i: torch.cat(c).long() for i, c in choices.items()}
 
 
-def frozen_router_metrics(tap: RoutingTap, eos_id: int) -> dict[str, float]:
+def frozen_router_metrics(tap: RoutingTap, eos_id: int, *, warn_no_floor: bool = True) -> dict[str, float]:
     """`router_frozen/maxvio_worst`, `router_frozen/maxvio/layer<i>` and, with enough documents,
-    `router_frozen/floor` (the worst layer's block-bootstrap floor) from what the tap saw."""
+    `router_frozen/floor` (the worst layer's block-bootstrap floor) from what the tap saw.
+
+    `warn_no_floor=False` leaves the floor out silently: a caller that evaluates the same batches
+    every time (the trainer's eval) says so once, not at every evaluation."""
     if not tap.inputs or not tap.choices:
         return {}
     inputs_NT, sources, choices = _global_order(tap)
@@ -101,8 +104,9 @@ def frozen_router_metrics(tap: RoutingTap, eos_id: int) -> dict[str, float]:
     out = {"router_frozen/maxvio_worst": max(per_layer.values())}
     out.update({f"router_frozen/maxvio/layer{i}": v for i, v in per_layer.items()})
     if n_blocks < MIN_FLOOR_DOCUMENTS:
-        log.warning("router_frozen/floor not reported: the eval's %d tokens hold %d documents, fewer than %d to "
-                    "resample (raise train.eval_batches)", block_T.numel(), n_blocks, MIN_FLOOR_DOCUMENTS)
+        if warn_no_floor:
+            log.warning("router_frozen/floor not reported: the eval's %d tokens hold %d documents, fewer than %d "
+                        "to resample (raise train.eval_batches)", block_T.numel(), n_blocks, MIN_FLOOR_DOCUMENTS)
         return out
     ids = {s: k for k, s in enumerate(dict.fromkeys(block_sources))}
     floor = block_bootstrap_floor(torch.stack(loads), [ids[s] for s in block_sources], draws=FLOOR_DRAWS)

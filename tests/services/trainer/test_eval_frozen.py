@@ -103,3 +103,17 @@ def test_a_run_logs_the_frozen_router_at_every_eval(tmp_path, doc_globs):
         assert worst == pytest.approx(series["eval/maxvio_global"][step])  # same tokens, same eval-time bias
         assert worst == max(series[k][step] for k in layers)
         assert 0 < series["router_frozen/floor"][step] < 3.0
+
+
+def test_a_run_says_once_that_its_eval_is_too_small_for_the_floor(tmp_path, doc_globs, caplog):
+    """Every eval routes the same few documents, so the reason the floor is missing is the same at each:
+    it is logged at the first eval only, while every eval still logs the frozen MaxVio."""
+    cfg = tiny_cfg(tmp_path, doc_globs)  # 1 eval batch of 4 × 64 tokens from 8 long documents
+    with caplog.at_level(logging.WARNING, logger="services.trainer.eval_frozen"):
+        run_local(cfg)
+    series = read_metrics(run_dir(cfg) / "metrics.jsonl")
+    assert sorted(series["eval/loss"]) == [2, 5]
+    assert sorted(series["router_frozen/maxvio_worst"]) == [2, 5]
+    assert "router_frozen/floor" not in series
+    said = [r for r in caplog.records if "router_frozen/floor not reported" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
