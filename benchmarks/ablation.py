@@ -1,14 +1,23 @@
 """Sanity ablation with a known answer: clean text against the same text with 30% planted garbage.
 
 Arm `clean` is the demo corpus's Wikipedia prose without its planted problems (every 20th document
-held out for eval loss); arm `garbage` is the same documents, in the same order, with the last 30% of every document's *tokens*
-replaced by as many tokens of planted garbage (web boilerplate, one line repeated, product spam).
-The one tokenizer both arms use is trained here on the clean documents, before the garbage arm
-exists, because it is what counts the 30%. Same token budget, same tiny MoE proxy (configs/tiny.yaml,
-trained at its 256-token window, the one the suite evaluates in), 3 seeds each, run by
-`moelab ablate`'s own code (cluster.ablation) on a local Ray. Seeds are paired: seed k of both arms
-has the same initialisation and the same document order (the arms hold the same number of
-documents under the same source name), so the arms differ only in what the documents say.
+held out for eval loss). Arm `garbage` is the same documents in the same order, except that a
+random set of whole documents holding 30% of the arm's *tokens* is replaced, each in its place, by a
+planted garbage document of exactly as many tokens (a web-boilerplate page, a page of one repeated
+line, or a product-spam page). The one tokenizer both arms use is trained here on the clean
+documents, before the garbage arm exists, because it is what counts the 30%. Same token budget, same
+tiny MoE proxy (configs/tiny.yaml, trained at its 256-token window, the one the suite evaluates in),
+3 seeds each, run by `moelab ablate`'s own code (cluster.ablation) on a local Ray. Seeds are
+paired: seed k of both arms has the same initialisation and the same document order (the arms hold
+the same number of documents, of the same token lengths position by position, under the same
+source name), so every training window of the garbage arm is the clean arm's window with some whole
+documents swapped for garbage of the same length.
+
+Why whole documents: a garbage arm that keeps the first 70% of every document and garbles the rest
+trains on document openings only, while every reference text is scored from a document start, so it
+is judged on text shaped like its own and can beat the clean arm for that reason alone. Whole kept
+documents are an unbiased sample of the clean arm's prose, so the arms differ only in how much prose
+they hold, not in which part of a document it comes from.
 
 The known answer: at the same budget the garbage arm sees 70% of the clean arm's prose, so the
 clean arm must have the lower bits per byte on the prose reference set (data/reference/prose.jsonl,
@@ -18,7 +27,7 @@ the exit code say. The task score judged is the mean accuracy over the suite's t
 the arms, and `separating_metrics` lists every metric whose interval excludes zero in the clean
 arm's favour (with ~15 metrics, one may do so by chance). `unigram_bpb_prose` is the prose BPB of
 the clean arm's unigram token frequencies: a model near it has learned nothing the garbage could
-take away, which is why the previous 120-step budget could not separate the arms.
+take away, which is why the earlier 120-step budget could not separate the arms.
 
     .venv/bin/python benchmarks/ablation.py            # 3 seeds, one pass over the arms at 2,048 tokens a step
     .venv/bin/python benchmarks/ablation.py --quick    # 2 seeds, 6 steps, tiny model (a smoke test)
@@ -80,16 +89,24 @@ def planted_garbage(tok, rng: random.Random, n_tokens: int) -> str:
     return tok.decode(ids[:n_tokens])
 
 
-def with_garbage(text: str, tok, rng: random.Random) -> tuple[str, int, int]:
-    """`text` with its last GARBAGE_FRACTION of tokens replaced by as many tokens of planted garbage;
-    returns the new text, its prose tokens and its garbage tokens (both counted by `tok`)."""
-    enc = tok.tokenizer.encode(text, add_special_tokens=False)
-    n = len(enc.ids)
-    keep = round(n * (1 - GARBAGE_FRACTION))
-    if keep >= n:
-        return text, n, 0
-    prose = text[: enc.offsets[keep][0]]  # character offsets: the prose is the document's first `keep` tokens
-    return prose + planted_garbage(tok, rng, n - keep), keep, n - keep
+def replaced_documents(lengths: list[int], rng: random.Random) -> set[int]:
+    """Indices of the documents to replace by garbage: a random prefix of a shuffled order, ended at
+    the document that brings their tokens closest to GARBAGE_FRACTION of all tokens. A prefix of a
+    random permutation is a uniform sample of documents (no preference for short or long ones), so
+    the prose the garbage arm keeps is an unbiased 70% of the clean arm's."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    target = GARBAGE_FRACTION * sum(lengths)
+    chosen: set[int] = set()
+    total = 0
+    for i in order:
+        if total + lengths[i] >= target:
+            if (total + lengths[i]) - target <= target - total:
+                chosen.add(i)
+            break
+        chosen.add(i)
+        total += lengths[i]
+    return chosen
 
 
 def split_corpus(root: Path) -> tuple[dict[str, Path], int]:
@@ -139,20 +156,27 @@ def shared_tokenizer(clean: Path, out: Path, vocab_size: int, min_frequency: int
 
 
 def write_garbage_arm(clean: Path, out: Path, tok) -> dict[str, float]:
-    """garbage.jsonl: every clean document with its last 30% of tokens replaced by planted garbage
-    (same documents, same order, same token counts to a boundary token); returns the token counts."""
+    """garbage.jsonl: the clean documents in the same order, with a random set of whole documents
+    holding 30% of the tokens each replaced, in its place, by a planted garbage document of exactly
+    as many tokens (one kind per document); returns the token counts."""
     rng = random.Random(0)
-    prose_tokens = garbage_tokens = 0
+    records = [json.loads(line) for line in clean.open()]
+    lengths = [len(ids) for ids in tok.encode_batch([r["text"] for r in records])]
+    replaced = replaced_documents(lengths, rng)
+    garbage_tokens = 0
     with out.open("w") as fh:
-        for line in clean.open():
-            rec = json.loads(line)
-            text, p, g = with_garbage(rec["text"], tok, rng)
-            prose_tokens, garbage_tokens = prose_tokens + p, garbage_tokens + g
-            fh.write(json.dumps({**rec, "text": text}) + "\n")
-    arm_tokens = sum(len(ids) for ids in tok.encode_batch([json.loads(line)["text"] for line in out.open()]))
-    return {"prose_tokens": prose_tokens, "garbage_tokens": garbage_tokens, "arm_tokens": arm_tokens,
-            # what the garbage arm trains on that is not the clean documents' prose, in its own tokens
-            "garbage_token_fraction": 1 - prose_tokens / arm_tokens}
+        for i, rec in enumerate(records):
+            if i in replaced:
+                rec = {**rec, "id": f"{rec['id']}-garbage", "text": planted_garbage(tok, rng, lengths[i])}
+                garbage_tokens += lengths[i]
+            fh.write(json.dumps(rec) + "\n")
+    arm_lengths = [len(ids) for ids in tok.encode_batch([json.loads(line)["text"] for line in out.open()])]
+    arm_tokens = sum(arm_lengths)
+    return {"prose_tokens": sum(lengths) - garbage_tokens, "garbage_tokens": garbage_tokens, "arm_tokens": arm_tokens,
+            "garbage_documents": len(replaced),
+            # documents whose length differs between the arms (0: the arms' streams line up token for token)
+            "length_mismatches": sum(a != b for a, b in zip(lengths, arm_lengths, strict=True)),
+            "garbage_token_fraction": garbage_tokens / arm_tokens}
 
 
 def unigram_bpb(tok, train: Path, texts: list[str]) -> float:
@@ -181,7 +205,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int | None):
     files["garbage"] = root / "corpus" / "garbage.jsonl"
     planted = write_garbage_arm(files["clean"], files["garbage"], tok)
     prose = load_reference_sets(["prose"])["prose"]
-    if steps is None:
+    if steps is None:  # the arms hold the same tokens (garbage documents are length-matched); min() in case not
         steps = min(planted["prose_tokens"] + planted["garbage_tokens"], planted["arm_tokens"]) // TOKENS_PER_STEP
     if quick:
         shape = ["model.d_model=32", "model.n_layers=2", "model.max_seq_len=64", "train.seq_len=64",
@@ -273,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
               "prose_reference_texts": made["prose_reference_texts"],
               "prose_reference_bytes": made["prose_reference_bytes"],
               "garbage_token_fraction": made["garbage_token_fraction"],
+              "garbage_documents": made["garbage_documents"], "length_mismatches": made["length_mismatches"],
+              "design": "whole documents replaced in place by garbage documents of the same token length",
               "documents_per_arm": {arm: report["arms"][arm]["documents"]["written"] for arm in ("clean", "garbage")},
               "training_documents_left_out": made["training_documents_left_out"],
               "seeds": seeds, "steps": made["steps"], "budget_tokens": report["budget_tokens"], "quick": args.quick,

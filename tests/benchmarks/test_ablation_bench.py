@@ -1,4 +1,5 @@
-"""The sanity ablation: how its garbage arm is made (30% of each document's tokens), and its quick mode end to end."""
+"""The sanity ablation: how its garbage arm is made (whole documents holding 30% of the tokens, each
+replaced in place by garbage of the same length), and its quick mode end to end."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from benchmarks.ablation import (
     GARBAGE_FRACTION,
     SPAM,
     planted_garbage,
+    replaced_documents,
     unigram_bpb,
-    with_garbage,
+    write_garbage_arm,
 )
 
 DOCS = [f"The {w} of the river valley was settled in the {n}th century; its farms grew wheat and barley. " * 6
@@ -45,20 +47,42 @@ def _garbage_kind(text: str) -> str | None:
     return None
 
 
-def test_garbage_replaces_the_last_30_percent_of_tokens_and_keeps_the_prose_before_it(tok):
+def test_replaced_documents_hold_the_garbage_fraction_to_one_document():
     rng = random.Random(0)
-    kinds = set()
-    for doc in DOCS:
-        noisy, prose, garbage = with_garbage(doc, tok, rng)
-        n = len(tok.encode(doc))
-        assert prose + garbage == n and prose == round(n * (1 - GARBAGE_FRACTION))
-        shared = next((i for i, (a, b) in enumerate(zip(doc, noisy, strict=False)) if a != b), len(noisy))
-        # the document's first `prose` tokens survive as they were (one token either way at the seam)
-        assert abs(len(tok.encode(doc[:shared])) - prose) <= 1
-        kinds.add(_garbage_kind(noisy[shared:]) or _garbage_kind(noisy[shared - 1:]))
-        # re-tokenised together, the noisy document is as long as the clean one to a seam token
-        assert abs(len(tok.encode(noisy)) - n) <= 2
-    assert kinds == {"boilerplate", "spam", "repeated line"}
+    lengths = [rng.randint(50, 900) for _ in range(400)]
+    chosen = replaced_documents(lengths, random.Random(1))
+    target = GARBAGE_FRACTION * sum(lengths)
+    assert abs(sum(lengths[i] for i in chosen) - target) <= max(lengths) / 2
+    # a uniform sample of documents: neither the short nor the long ones preferred (loose: 400 documents)
+    mean_all = sum(lengths) / len(lengths)
+    assert abs(sum(lengths[i] for i in chosen) / len(chosen) - mean_all) < 0.15 * mean_all
+    assert replaced_documents(lengths, random.Random(1)) == chosen  # the same seed, the same documents
+
+
+def test_garbage_arm_replaces_whole_documents_in_place_by_garbage_of_the_same_length(tok, tmp_path):
+    clean, out = tmp_path / "clean.jsonl", tmp_path / "garbage.jsonl"
+    clean.write_text("".join(json.dumps({"id": f"d{i}", "source": "wiki", "text": d}) + "\n" for i, d in enumerate(DOCS)))
+    made = write_garbage_arm(clean, out, tok)
+    before = [json.loads(line) for line in clean.open()]
+    after = [json.loads(line) for line in out.open()]
+    assert len(after) == len(before) and [r["source"] for r in after] == [r["source"] for r in before]
+    kinds, replaced = set(), 0
+    for b, a in zip(before, after, strict=True):
+        # position by position the same token length, so both arms shuffle and pack alike
+        assert len(tok.encode(a["text"])) == len(tok.encode(b["text"]))
+        if a["text"] == b["text"]:
+            assert a["id"] == b["id"]  # a kept document is kept whole
+            continue
+        replaced += 1
+        assert a["id"] == f"{b['id']}-garbage"
+        kind = _garbage_kind(a["text"])
+        assert kind is not None, a["text"][:80]  # the whole document is garbage, no prose left in it
+        kinds.add(kind)
+    assert replaced == made["garbage_documents"] > 0 and made["length_mismatches"] == 0
+    total = sum(len(tok.encode(d)) for d in DOCS)
+    assert made["garbage_tokens"] + made["prose_tokens"] == made["arm_tokens"] == total
+    assert made["garbage_token_fraction"] == pytest.approx(GARBAGE_FRACTION, abs=max(len(tok.encode(d)) for d in DOCS) / total)
+    assert kinds <= {"boilerplate", "spam", "repeated line"}
 
 
 def test_unigram_bpb_is_the_hand_computed_entropy(tok, tmp_path):
@@ -86,6 +110,8 @@ def test_quick_sanity_ablation_writes_its_verdict_line(tmp_path, capsys):
     assert code == (0 if result["passed"] else 1)
     assert result["passed"] == (result["bpb_ci_low"] > 0)
     assert result["garbage_token_fraction"] == pytest.approx(GARBAGE_FRACTION, abs=0.005)
+    assert result["length_mismatches"] == 0
+    assert result["documents_per_arm"]["clean"] == result["documents_per_arm"]["garbage"]
     assert result["task_metric"] == "task/prose/acc" and result["task_gap"] is not None
     assert result["interval"].startswith("paired Student-t")
     # 6 steps of a tiny model: still at the unigram level (this is why the full run trains far longer)
