@@ -5,10 +5,15 @@ a row per point makes ingest and a 1M-point query slow on any SQL store, and the
 per-object bookkeeping cost more than the data itself at small batch sizes. Each batch adds one
 chunk row per key in ~7 round trips whatever its size, and a series' partial chunks are merged
 every COMPACT_AFTER batches (db.py), so ingest never rewrites a growing blob.
+
+Why the statements are built once (`IngestStatements`): building a SQLAlchemy expression (the
+series update's CASE clauses, the WHERE clauses) cost more CPU per batch than executing it; the
+same objects with bound parameters hit SQLAlchemy's compiled cache and skip the building.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -35,20 +40,54 @@ def _listed(refused: list[dict[str, Any]] | None) -> dict[str, Any]:
     return {"refused": refused} if refused else {}
 
 
+class IngestStatements:
+    """The hot path's statements, built once per store; every value arrives as a bound parameter."""
+
+    def __init__(self, store: StoreBase):
+        series, runs = Series.__table__, Run.__table__
+        self.run_exists = select(runs.c.id).where(runs.c.id == bindparam("run_id"))
+        # RETURNING, not rowcount: psycopg 3 reports -1 for ON CONFLICT inserts
+        batches = IngestedBatch.__table__
+        self.mark_batch = store.insert_ignore(batches).returning(batches.c.batch_id)
+        self.add_series = store.insert_ignore(series)
+        self.series_ids = select(series.c.id, series.c.key, series.c.n_small).where(
+            series.c.run_id == bindparam("run_id"), series.c.key.in_(bindparam("keys", expanding=True)))
+        if not store.sqlite:  # appends to one series are serialised on PostgreSQL
+            self.series_ids = self.series_ids.with_for_update()
+        self.add_chunks = insert(MetricChunk.__table__)
+        reaches = func.coalesce(series.c.last_step, -1) <= bindparam("ls")
+        self.grow_series = update(series).where(series.c.id == bindparam("sid")).values(
+            n_points=series.c.n_points + bindparam("dn"),
+            n_nan=series.c.n_nan + bindparam("dnan"),
+            n_posinf=series.c.n_posinf + bindparam("dpinf"),
+            n_neginf=series.c.n_neginf + bindparam("dninf"),
+            first_nonfinite_step=func.coalesce(series.c.first_nonfinite_step, bindparam("fbad")),
+            version=series.c.version + 1,
+            n_small=bindparam("small"),
+            # the highest step wins, not the last batch to arrive (a replayed spool comes late)
+            last_step=case((reaches, bindparam("ls")), else_=series.c.last_step),
+            last_value=case((reaches, bindparam("lv")), else_=series.c.last_value),
+        )
+        self.touch_run = update(runs).where(runs.c.id == bindparam("run_id")).values(
+            updated=bindparam("now"), last_seen=bindparam("now"))
+
+
 class IngestStore(StoreBase):
+    @functools.cached_property
+    def _ingest_sql(self) -> IngestStatements:
+        return IngestStatements(self)
+
     def ingest(self, run_id: str, batch: Batch, refused: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Store one batch; a batch id already stored is acknowledged and skipped.
 
         `refused` lists the items validation took out of the batch (the rest is stored); it is
         returned to the client with the answer, which keeps those items for a later `sync`."""
         now = time.time()
+        sql = self._ingest_sql
         with self.writing_core() as conn:
-            if conn.execute(select(Run.id).where(Run.id == run_id)).first() is None:
+            if conn.execute(sql.run_exists, {"run_id": run_id}).first() is None:
                 raise NotFound(f"run {run_id!r} does not exist; create it first with POST /api/runs")
-            fresh = conn.execute(
-                self.insert_ignore(IngestedBatch.__table__).returning(IngestedBatch.__table__.c.batch_id),
-                {"run_id": run_id, "batch_id": batch.batch_id},
-            ).first()  # RETURNING, not rowcount: psycopg 3 reports -1 for ON CONFLICT inserts
+            fresh = conn.execute(sql.mark_batch, {"run_id": run_id, "batch_id": batch.batch_id}).first()
             if fresh is None:
                 return {"stored": False, "duplicate": True, "points": 0, **_listed(refused)}
             n_points = self._append_metrics(conn, run_id, {k: v for k, v in batch.metrics.items() if v.steps})
@@ -59,22 +98,21 @@ class IngestStore(StoreBase):
             if batch.artifacts:
                 conn.execute(insert(Artifact),
                              [{"run_id": run_id, "created": now, **a.model_dump()} for a in batch.artifacts])
-            conn.execute(update(Run).where(Run.id == run_id).values(updated=now, last_seen=now))
+            conn.execute(sql.touch_run, {"run_id": run_id, "now": now})
         return {"stored": True, "duplicate": False, "points": n_points, **_listed(refused)}
 
     def _append_metrics(self, conn, run_id: str, metrics: dict) -> int:
         if not metrics:
             return 0
         keys = sorted(metrics)
+        sql = self._ingest_sql
         conn.execute(
-            self.insert_ignore(Series.__table__),
+            sql.add_series,
             [{"run_id": run_id, "key": k, "n_points": 0, "n_nan": 0, "n_posinf": 0, "n_neginf": 0, "version": 0, "n_small": 0}
              for k in keys],
         )
-        stmt = select(Series.id, Series.key, Series.n_small).where(Series.run_id == run_id, Series.key.in_(keys))
-        if not self.sqlite:
-            stmt = stmt.with_for_update()  # appends to one series are serialised on PostgreSQL
-        rows = {key: (sid, n_small) for sid, key, n_small in conn.execute(stmt)}
+        found = conn.execute(sql.series_ids, {"run_id": run_id, "keys": keys})
+        rows = {key: (sid, n_small) for sid, key, n_small in found}
         chunks, updates, to_compact, total = [], [], [], 0
         for key in keys:
             pts = metrics[key]
@@ -102,26 +140,8 @@ class IngestStore(StoreBase):
                 "lv": float(values[top]) if np.isfinite(values[top]) else None,
             })
             total += len(steps)
-        conn.execute(insert(MetricChunk), chunks)
-        conn.execute(
-            update(Series.__table__)
-            .where(Series.__table__.c.id == bindparam("sid"))
-            .values(
-                n_points=Series.__table__.c.n_points + bindparam("dn"),
-                n_nan=Series.__table__.c.n_nan + bindparam("dnan"),
-                n_posinf=Series.__table__.c.n_posinf + bindparam("dpinf"),
-                n_neginf=Series.__table__.c.n_neginf + bindparam("dninf"),
-                first_nonfinite_step=func.coalesce(Series.__table__.c.first_nonfinite_step, bindparam("fbad")),
-                version=Series.__table__.c.version + 1,
-                n_small=bindparam("small"),
-                # the highest step wins, not the last batch to arrive (a replayed spool comes late)
-                last_step=case((func.coalesce(Series.__table__.c.last_step, -1) <= bindparam("ls"), bindparam("ls")),
-                               else_=Series.__table__.c.last_step),
-                last_value=case((func.coalesce(Series.__table__.c.last_step, -1) <= bindparam("ls"), bindparam("lv")),
-                                else_=Series.__table__.c.last_value),
-            ),
-            updates,
-        )
+        conn.execute(sql.add_chunks, chunks)
+        conn.execute(sql.grow_series, updates)
         for sid in to_compact:
             self._compact(conn, sid)
         return total
