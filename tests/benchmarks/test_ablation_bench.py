@@ -15,6 +15,7 @@ from benchmarks.ablation import (
     SPAM,
     planted_garbage,
     replaced_documents,
+    separates_for_clean,
     unigram_bpb,
     write_garbage_arm,
 )
@@ -116,3 +117,14 @@ def test_quick_sanity_ablation_writes_its_verdict_line(tmp_path, capsys):
     assert result["interval"].startswith("paired Student-t")
     # 6 steps of a tiny model: still at the unigram level (this is why the full run trains far longer)
     assert result["bpb_prose"]["clean"] > 0.9 * result["unigram_bpb_prose"]
+
+
+def test_a_metric_separates_only_with_an_interval_that_has_a_spread_and_favours_clean():
+    lower_better = {"mean": 0.02, "sd": 0.004, "ci_low": 0.01, "excludes_zero": True, "higher_is_better": False}
+    assert separates_for_clean(lower_better)  # garbage − clean > 0 on a loss: clean ahead
+    assert not separates_for_clean({**lower_better, "mean": -0.02})  # garbage ahead
+    assert not separates_for_clean({**lower_better, "excludes_zero": False})
+    # every seed gave the same difference: a zero-width interval is no evidence
+    assert not separates_for_clean({**lower_better, "sd": 0.0})
+    higher_better = {"mean": -0.0103, "sd": 0.002, "excludes_zero": True, "higher_is_better": True}
+    assert separates_for_clean(higher_better) and not separates_for_clean({**higher_better, "sd": 0.0})
