@@ -192,9 +192,9 @@ def unigram_bpb(tok, train: Path, texts: list[str]) -> float:
     return bits / sum(len(t.encode("utf-8")) for t in texts)
 
 
-def config(root: Path, quick: bool, seeds: int, steps: int | None):
-    """The ablation config and what was measured while making its arms; `steps` None: one pass over
-    the smaller arm (whole steps of TOKENS_PER_STEP), so neither arm repeats a token."""
+def config(root: Path, quick: bool, seeds: int, steps: int | None, passes: int = 1):
+    """The ablation config and what was measured while making its arms; `steps` None: `passes` passes
+    over the smaller arm (whole steps of TOKENS_PER_STEP); at one pass neither arm repeats a token."""
     from shared.config import load_config
     from shared.eval.reference_sets import load_reference_sets
 
@@ -206,7 +206,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int | None):
     planted = write_garbage_arm(files["clean"], files["garbage"], tok)
     prose = load_reference_sets(["prose"])["prose"]
     if steps is None:  # the arms hold the same tokens (garbage documents are length-matched); min() in case not
-        steps = min(planted["prose_tokens"] + planted["garbage_tokens"], planted["arm_tokens"]) // TOKENS_PER_STEP
+        steps = passes * min(planted["prose_tokens"] + planted["garbage_tokens"], planted["arm_tokens"]) // TOKENS_PER_STEP
     if quick:
         shape = ["model.d_model=32", "model.n_layers=2", "model.max_seq_len=64", "train.seq_len=64",
                  "train.micro_batch_size=4", "optim.warmup_steps=2", "ablation.reference_texts=8",
@@ -220,7 +220,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int | None):
         "train.eval_every=100000", "train.eval_batches=16", "train.checkpoint_every=100000",
         "train.grad_accum=1", f"train.steps={steps}", "tracker.mode=disabled",
         f"ablation={{baseline: clean, seeds: {seeds}, out_dir: {root / 'out'}, eval_documents: [{files['held']}], "
-        f"reference_sets: [prose], tokenizer_path: {tok.path}, cpus_per_run: 1, "
+        f"reference_sets: [prose], tokenizer_path: {tok.path}, cpus_per_run: 1, max_epochs: {passes}, "
         f"arms: [{{name: clean, documents: [{files['clean']}]}}, {{name: garbage, documents: [{files['garbage']}]}}]}}",
         *shape,
     ])
@@ -257,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 seeds, 6 steps, a smaller model (smoke test)")
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--passes", type=int, default=1,
+                    help="Passes over the arms' documents when --steps is not given (each arm may repeat a "
+                         "document this many times)")
     ap.add_argument("--work", type=Path, default=None, help="Working folder (default: a temporary one)")
     ap.add_argument("--out", type=Path, default=None, help="Also write the final JSON here")
     args = ap.parse_args(argv)
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ablation-bench-") as tmp:
         work = args.work or Path(tmp)
-        cfg, made = config(work, args.quick, seeds, steps)
+        cfg, made = config(work, args.quick, seeds, steps, args.passes)
         if not ray.is_initialized():
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         report = run_ablation(cfg, log=lambda line: print(line, flush=True))
@@ -310,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
               "design": "whole documents replaced in place by garbage documents of the same token length",
               "documents_per_arm": {arm: report["arms"][arm]["documents"]["written"] for arm in ("clean", "garbage")},
               "training_documents_left_out": made["training_documents_left_out"],
-              "seeds": seeds, "steps": made["steps"], "budget_tokens": report["budget_tokens"], "quick": args.quick,
+              "seeds": seeds, "steps": made["steps"], "passes": args.passes, "budget_tokens": report["budget_tokens"], "quick": args.quick,
               "verdicts": [*report["verdicts"], *([task["verdict"]] if task else [])],
               "seconds": round(seconds, 1), "passed": passed,
               # `seconds` is wall-clock: read it against the machine's load while it ran
