@@ -30,19 +30,29 @@ def register(app: typer.Typer) -> None:
         held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="Also route the held-out documents."),
     ) -> None:
         """MaxVio of the frozen model (worst layer and per layer) over the training stream after the
-        checkpoint and the held-out set, beside its block-bootstrap floor, the no-bias MaxVio and the
-        bias sensitivity."""
+        checkpoint (after its calibration tokens, on a calibrated checkpoint) and the held-out set,
+        beside its block-bootstrap floor, the no-bias MaxVio and the bias sensitivity."""
         from services.trainer.data import with_parquet_documents
-        from services.trainer.router_calibration import frozen_report, load_checkpoint, summary_line
+        from services.trainer.router_calibration import (
+            calibration_skip,
+            frozen_report,
+            load_checkpoint,
+            summary_line,
+        )
 
         try:
             cfg, model, _, meta, _ = load_checkpoint(ckpt)
         except (FileNotFoundError, ValueError) as exc:
             _fail(exc)
-        report = frozen_report(model, with_parquet_documents(cfg), meta["data"], tokens, held_out=held_out)
+        skip = calibration_skip(meta)
+        if skip:
+            typer.echo(f"skipped the {skip:,} training-stream tokens after the checkpoint that its eval-time bias "
+                       "was calibrated on")
+        report = frozen_report(model, with_parquet_documents(cfg), meta["data"], tokens, skip_tokens=skip,
+                               held_out=held_out)
         for stream, stats in report.items():
             typer.echo(summary_line(stream, stats))
-        typer.echo(json.dumps({"checkpoint": ckpt, "step": meta["step"], **report}))
+        typer.echo(json.dumps({"checkpoint": ckpt, "step": meta["step"], "calibration_tokens_skipped": skip, **report}))
 
     @router.command("calibrate")
     def calibrate(

@@ -100,6 +100,18 @@ def eos_id(cfg: ExperimentConfig) -> int:
     return make_loader(cfg).mixture.eos_id
 
 
+def calibration_skip(meta: dict) -> int:
+    """Training-stream tokens to skip after a checkpoint's loader position before judging its frozen
+    router: those its eval-time bias was calibrated on (`router_calibration`, written by
+    `calibrate_at_end` or `calibrate_checkpoint`) when they start at that very position, else 0.
+    Routing them would judge the bias on its own fitting sample, which it balances by construction."""
+    data = (meta.get("router_calibration") or {}).get("data") or {}
+    position = meta.get("data")
+    if position is None or data.get("stream") != "train" or data.get("after_loader_state") != position:
+        return 0
+    return int(data.get("tokens") or 0)
+
+
 def frozen_report(model, cfg: ExperimentConfig, position: dict, tokens: int, skip_tokens: int = 0,
                   held_out: bool = True) -> dict[str, dict]:
     """`frozen_stats` on the training stream after `position` (+ `skip_tokens`) and on the held-out set."""

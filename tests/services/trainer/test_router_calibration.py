@@ -1,4 +1,5 @@
-"""`moelab router calibrate` on a trained checkpoint: only the eval-time bias changes, the calibration is recorded."""
+"""`moelab router calibrate|frozen` on a trained checkpoint: only the eval-time bias changes, the calibration is
+recorded, and the frozen measure of a calibrated checkpoint routes past its calibration tokens."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from typer.testing import CliRunner
 
 from moelab.cli import app
+from services.trainer.data import with_parquet_documents
 from services.trainer.launch import run_local
 from services.trainer.loop import run_dir
-from services.trainer.router_calibration import calibrate_checkpoint, load_checkpoint
+from services.trainer.router_calibration import calibrate_checkpoint, frozen_report, load_checkpoint
 from tests.services.trainer.conftest import tiny_cfg
 
 
@@ -57,6 +59,29 @@ def test_router_calibrate_refuses_too_few_tokens_and_a_missing_checkpoint(traine
     assert result.exit_code == 2 and "65536" in result.output
     result = CliRunner().invoke(app, ["router", "frozen", str(tmp_path)])
     assert result.exit_code == 2 and "neither a checkpoint folder" in result.output
+
+
+def test_router_frozen_skips_the_tokens_a_calibrated_checkpoint_was_calibrated_on(trained, tmp_path):
+    """The calibration tokens start at the checkpoint's loader position, where the frozen measure
+    starts too: routing them would judge the bias on the sample it was fitted to."""
+    calibrate_checkpoint(trained, tokens=4096, eval_tokens=1024, out=tmp_path / "cal", held_out=False, min_tokens=0)
+    result = CliRunner().invoke(app, ["router", "frozen", str(tmp_path / "cal"), "--tokens", "1024", "--no-held-out"])
+    assert result.exit_code == 0, result.output
+    assert "skipped the 4,096 training-stream tokens" in result.output
+    printed = json.loads(result.output.strip().splitlines()[-1])
+    assert printed["calibration_tokens_skipped"] == 4096
+    cfg, model, _, meta, _ = load_checkpoint(tmp_path / "cal")
+    cfg = with_parquet_documents(cfg)
+    after = frozen_report(model, cfg, meta["data"], 1024, skip_tokens=4096, held_out=False)["train"]
+    fitted = frozen_report(model, cfg, meta["data"], 1024, held_out=False)["train"]
+    assert printed["train"]["maxvio"] == after["maxvio"] != fitted["maxvio"]
+
+
+def test_router_frozen_skips_nothing_on_an_uncalibrated_checkpoint(trained):
+    result = CliRunner().invoke(app, ["router", "frozen", str(trained), "--tokens", "1024", "--no-held-out"])
+    assert result.exit_code == 0, result.output
+    assert "skipped the" not in result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["calibration_tokens_skipped"] == 0
 
 
 @pytest.mark.slow
