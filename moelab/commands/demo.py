@@ -23,6 +23,7 @@ from pathlib import Path
 import typer
 
 from moelab.commands.demo_processes import RECORD_FILE, start_recorded, stop_recorded
+from moelab.commands.demo_router import demo_run_folder, measure_frozen_router
 from moelab.commands.demo_transcript import DemoTranscript
 from shared.net import free_port
 
@@ -285,7 +286,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(root: Path, config: str, port: int, cpus: int, ablation: bool, transcript: DemoTranscript) -> None:
-    """Start Ray and the tracker, submit the pipeline, print its summary (and the ablation's verdicts)."""
+    """Start Ray and the tracker, submit the pipeline, print its summary and the frozen router of the
+    model it trained (and the ablation's verdicts)."""
     ensure_ray(root, cpus)
     tracker_url = ensure_tracker(root, port)
     env = {"MOELAB_TRACKER_TOKEN": _token(root) or "", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -309,6 +311,8 @@ def _run(root: Path, config: str, port: int, cpus: int, ablation: bool, transcri
     summary = json.loads(last_json)
     transcript.stages = summary.get("stages")
     for line in print_summary(summary, tracker_url):
+        transcript.add(line)
+    for line in measure_frozen_router(demo_run_folder(root, config, runs)):
         transcript.add(line)
     if ablation:
         run_demo_ablation(root, runs, tracker_url, env, transcript)

@@ -11,6 +11,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from typer.testing import CliRunner
 
 from moelab.cli import app
+from moelab.commands.demo_router import measure_frozen_router
 from services.trainer.data import with_parquet_documents
 from services.trainer.launch import run_local
 from services.trainer.loop import run_dir
@@ -82,6 +83,14 @@ def test_router_frozen_skips_nothing_on_an_uncalibrated_checkpoint(trained):
     assert result.exit_code == 0, result.output
     assert "skipped the" not in result.output
     assert json.loads(result.output.strip().splitlines()[-1])["calibration_tokens_skipped"] == 0
+
+
+def test_the_demo_prints_both_streams_of_a_calibrated_run_past_its_calibration_tokens(trained, tmp_path):
+    calibrate_checkpoint(trained, tokens=4096, eval_tokens=1024, out=tmp_path / "cal", held_out=False, min_tokens=0)
+    lines = measure_frozen_router(tmp_path / "cal", tokens=1024)
+    assert [line.split(":")[0] for line in lines[2:]] == ["held-out", "training stream", "bias"], lines
+    assert "1,024 tokens in" in lines[2] and "1,024 tokens in" in lines[3]
+    assert lines[4].startswith("bias: calibrated at the end of training on 4,096") and "after them" in lines[4]
 
 
 @pytest.mark.slow
