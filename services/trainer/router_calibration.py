@@ -69,15 +69,22 @@ def load_checkpoint(path: str | Path) -> tuple[ExperimentConfig, torch.nn.Module
     return cfg, model, optimizer, meta, run
 
 
-def _take(loader, n_tokens: int, seq_len: int) -> Sequences:
+def _take(loader, n_tokens: int, seq_len: int) -> Sequences | None:
+    """The next `n_tokens` of `loader` as whole sequences; fewer when its stream ends first (a
+    held-out stream read once), None when it holds none."""
     rows, targets, sources = [], [], []
     for _ in range(math.ceil(n_tokens / seq_len)):
-        batch = next(loader)
+        try:
+            batch = next(loader)
+        except StopIteration:
+            break
         for b in range(batch.inputs_BT.shape[0]):
             rows.append(batch.inputs_BT[b])
             targets.append(batch.targets_BT[b])
             sources.append(batch.sources_B[b])
     n = math.ceil(n_tokens / seq_len)
+    if not rows:
+        return None
     return Sequences(torch.stack(rows[:n]), torch.stack(targets[:n]), tuple(sources[:n]))
 
 
@@ -91,9 +98,15 @@ def training_stream(cfg: ExperimentConfig, position: dict, n_tokens: int, skip_t
 
 
 def held_out_stream(cfg: ExperimentConfig, n_tokens: int) -> Sequences | None:
-    """The first `n_tokens` of the held-out stream (None without held-out documents)."""
+    """The first `n_tokens` of the held-out documents, read once: a split smaller than `n_tokens`
+    gives what it holds. Repeating it would count the same documents twice, and the floor's
+    bootstrap, which resamples documents as independent, would read too low. None without
+    held-out documents."""
     held = eval_config(cfg)
-    return None if held is None else _take(make_loader(held), n_tokens, cfg.train.seq_len)
+    if held is None:
+        return None
+    once = held.model_copy(update={"mixture": held.mixture.model_copy(update={"on_exhausted": "stop"})})
+    return _take(make_loader(once), n_tokens, cfg.train.seq_len)
 
 
 def eos_id(cfg: ExperimentConfig) -> int:

@@ -15,7 +15,12 @@ from moelab.commands.demo_router import measure_frozen_router
 from services.trainer.data import with_parquet_documents
 from services.trainer.launch import run_local
 from services.trainer.loop import run_dir
-from services.trainer.router_calibration import calibrate_checkpoint, frozen_report, load_checkpoint
+from services.trainer.router_calibration import (
+    calibrate_checkpoint,
+    frozen_report,
+    held_out_stream,
+    load_checkpoint,
+)
 from tests.services.trainer.conftest import tiny_cfg
 
 
@@ -91,6 +96,19 @@ def test_the_demo_prints_both_streams_of_a_calibrated_run_past_its_calibration_t
     assert [line.split(":")[0] for line in lines[2:]] == ["held-out", "training stream", "bias"], lines
     assert "1,024 tokens in" in lines[2] and "1,024 tokens in" in lines[3]
     assert lines[4].startswith("bias: calibrated at the end of training on 4,096") and "after them" in lines[4]
+
+
+def test_the_held_out_stream_is_read_once_however_many_tokens_are_asked_for(trained):
+    """A split smaller than the ask gives what it holds: a repeated document would enter the floor's
+    bootstrap as a second, independent one."""
+    cfg, _, _, _, _ = load_checkpoint(trained)
+    cfg = with_parquet_documents(cfg)
+    once = held_out_stream(cfg, 10**6)
+    assert held_out_stream(cfg, 2 * 10**6).inputs_NT.shape == once.inputs_NT.shape
+    rows = {tuple(r.tolist()) for r in once.inputs_NT}
+    assert len(rows) == once.inputs_NT.shape[0]  # no sequence twice
+    fewer = held_out_stream(cfg, 2 * cfg.train.seq_len)
+    assert fewer.inputs_NT.shape[0] == 2 and torch.equal(fewer.inputs_NT, once.inputs_NT[:2])
 
 
 @pytest.mark.slow
