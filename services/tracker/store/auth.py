@@ -46,6 +46,12 @@ class TokenStore(StoreBase):
             s.add(ApiToken(name=name, token_hash=hash_token(token), created=time.time(), scope=scope))
         return token
 
+    def cached_token_scope(self, token: str) -> str | None:
+        """The scope of a token checked within the last TOKEN_CACHE_S seconds, else None (unknown here:
+        ask `token_scope`). No database access, so the server can answer it without a worker thread."""
+        hit = self._scope_cache.get(hash_token(token))
+        return hit[1] if hit and hit[0] > time.monotonic() else None
+
     def token_scope(self, token: str) -> str | None:
         """The scope of a known, unrevoked token, else None."""
         digest = hash_token(token)

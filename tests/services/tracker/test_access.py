@@ -127,3 +127,23 @@ def test_the_first_serve_writes_its_token_only_to_an_owner_only_file(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_cached_write_token_is_checked_without_the_database_and_revocation_still_bites(store, monkeypatch):
+    """Write requests are checked from the scope cache in the event loop (no worker thread); the
+    database is asked when the cache does not know the token, and a revocation empties the cache."""
+    client = TestClient(create_app(store=store), base_url=LOCAL)
+    token = store.create_token("w", scope="write")
+    assert store.cached_token_scope(token) is None  # never checked yet
+    assert client.post("/api/runs", json={"id": "r1"}, headers=_bearer(token)).status_code == 201
+    assert store.cached_token_scope(token) == "write"
+    asked = []
+    real = store.token_scope
+    monkeypatch.setattr(store, "token_scope", lambda t: asked.append(t) or real(t))
+    batch = {"batch_id": "b", "metrics": {"loss": {"steps": [0], "walls": [1.0], "values": [1.0]}}}
+    assert client.post("/api/runs/r1/batch", json=batch, headers=_bearer(token)).status_code == 200
+    assert asked == []
+    store.revoke_tokens("w")
+    assert store.cached_token_scope(token) is None
+    assert client.post("/api/runs/r1/finish", json={"status": "finished"}, headers=_bearer(token)).status_code == 403
+    assert asked == [token]
