@@ -86,20 +86,30 @@ EQUAL_LOSS = 0.01  # arms within this much of the baseline's mean eval loss are 
 FROZEN_TOKENS = 131072
 
 
-def frozen_router(cfg, tokens: int = FROZEN_TOKENS, calibrate: bool = False) -> dict:
+def frozen_router(cfg, tokens: int = FROZEN_TOKENS, calibrate: bool = False,
+                  calibration_tokens: tuple[int, ...] = (FROZEN_TOKENS,)) -> dict:
     """The run's final model, frozen, routing the next `tokens` tokens of its training stream (from where
     its last checkpoint left the loader) with its eval-time bias: worst-layer and per-layer MaxVio beside
     the block-bootstrap floor on the same tokens (`moelab router frozen`). With `calibrate`, the bias is
-    first re-solved on the `tokens` before those (`moelab router calibrate`) and the figures are taken
-    on tokens the calibration never saw."""
+    first re-solved on the training-stream tokens before those (`moelab router calibrate`) and the
+    figures are taken on tokens the calibration never saw. Several `calibration_tokens` sizes each
+    calibrate on that many tokens and are all judged on the same `tokens` after the largest; `after`
+    is the first size's figure, `after_by_tokens` every size's."""
     from services.trainer.data import with_parquet_documents
     from services.trainer.loop import run_dir
     from services.trainer.router_calibration import calibrate_checkpoint, frozen_report, load_checkpoint
 
     run = run_dir(cfg)
     if calibrate:
-        record = calibrate_checkpoint(run, tokens, tokens, out=run / "calibrated", held_out=False)
-        return {"before": record["before"]["train"], "after": record["after"]["train"]}
+        judged_after = max(calibration_tokens)
+        out: dict = {"after_by_tokens": {}}
+        for n in calibration_tokens:
+            folder = run / ("calibrated" if n == calibration_tokens[0] else f"calibrated-{n}")
+            record = calibrate_checkpoint(run, n, tokens, out=folder, held_out=False, eval_after=judged_after)
+            out.setdefault("before", record["before"]["train"])
+            out.setdefault("after", record["after"]["train"])
+            out["after_by_tokens"][str(n)] = record["after"]["train"]
+        return out
     cfg, model, _, meta, _ = load_checkpoint(run)
     return {"before": frozen_report(model, with_parquet_documents(cfg), meta["data"], tokens, held_out=False)["train"]}
 
@@ -130,12 +140,15 @@ def paired_with(rs: list[dict], base: list[dict], calibrate: bool) -> dict:
     return out
 
 
-def reusable_runs(path: Path, recipe: str, steps: int, arms: list[tuple[str, list[str]]], calibrate: bool) -> dict:
+def reusable_runs(path: Path, recipe: str, steps: int, arms: list[tuple[str, list[str]]], calibrate: bool,
+                  calibration_tokens: tuple[int, ...] = (FROZEN_TOKENS,)) -> dict:
     """{(arm, seed): run} of an earlier result file that this invocation would run identically: the same
-    recipe, steps and overrides, and calibrated when this one calibrates. Each reused run keeps the
-    commit it ran on (`commit`), so a merged file says which code made which run."""
+    recipe, steps and overrides, and calibrated (on the same sample sizes) when this one calibrates.
+    Each reused run keeps the commit it ran on (`commit`), so a merged file says which code made which run."""
     old = json.loads(Path(path).read_text())
     if old["recipe"] != recipe or old["steps"] != steps:
+        return {}
+    if calibrate and tuple(old.get("calibration_tokens", (FROZEN_TOKENS,))) != calibration_tokens:
         return {}
     wanted = dict(arms)
     out = {}
@@ -149,7 +162,8 @@ def reusable_runs(path: Path, recipe: str, steps: int, arms: list[tuple[str, lis
     return out
 
 
-def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str, calibrate: bool = False) -> dict:
+def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str, calibrate: bool = False,
+            calibration_tokens: tuple[int, ...] = (FROZEN_TOKENS,)) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -173,7 +187,7 @@ def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int,
     return {"arm": name, "seed": seed, "maxvio_last_half": max(per_layer.values()), "maxvio_per_layer": per_layer,
             "maxvio_peak_last_half": max(series["router/maxvio"][s] for s in half),
             "router_warnings": result.get("router_warnings"), "eval_loss": result.get("eval/loss"),
-            "eval_maxvio_global": result.get("eval/maxvio_global"), "frozen": frozen_router(cfg, calibrate=calibrate),
+            "eval_maxvio_global": result.get("eval/maxvio_global"), "frozen": frozen_router(cfg, calibrate=calibrate, calibration_tokens=calibration_tokens),
             "seconds": round(time.perf_counter() - t0, 1), "commit": tree_commit()}
 
 
@@ -190,11 +204,20 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--workers", type=int, default=2, help="arms trained at once (one thread each)")
     p.add_argument("--quick", action="store_true", help="2 arms, 1 seed, 30 steps")
     p.add_argument("--calibrate", action="store_true", help="also calibrate each final model and report it frozen")
+    p.add_argument("--calibration-tokens", default=str(FROZEN_TOKENS),
+                   help="calibration sample sizes, comma-separated (each judged on the same tokens after the largest; "
+                        "the first is the ranked figure)")
     p.add_argument("--reuse", type=Path, action="append", default=[],
                    help="a result file of this benchmark (repeatable): its runs of the same arm (same overrides), seed, recipe and "
                         "steps are taken from it instead of trained again (recorded in the result)")
     p.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/ unless --quick)")
     args = p.parse_args(argv)
+    try:
+        calibration_tokens = tuple(int(n) for n in args.calibration_tokens.split(",") if n)
+    except ValueError:
+        p.error(f"--calibration-tokens {args.calibration_tokens!r}: whole numbers, comma-separated")
+    if not calibration_tokens or len(set(calibration_tokens)) != len(calibration_tokens):
+        p.error(f"--calibration-tokens {args.calibration_tokens!r}: one or more distinct sizes")
     from shared.config import load_config
 
     arms = [(a.split("=", 1)[0], [o for o in a.split("=", 1)[1].split(",") if o]) for a in args.arm] or ARM_SETS[args.arms]
@@ -208,9 +231,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     prepare_shards(with_parquet_documents(load_config(ROOT / args.recipe)), 0)  # once, before arms race to build them
     load0, t0 = os.getloadavg()[0], time.perf_counter()
-    done = {k: v for path in args.reuse for k, v in reusable_runs(path, args.recipe, steps, arms, args.calibrate).items()}
+    done = {k: v for path in args.reuse
+            for k, v in reusable_runs(path, args.recipe, steps, arms, args.calibrate, calibration_tokens).items()}
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
-        jobs = {(n, s): pool.submit(run_arm, args.recipe, n, o, s, steps, tmp, args.calibrate)
+        jobs = {(n, s): pool.submit(run_arm, args.recipe, n, o, s, steps, tmp, args.calibrate, calibration_tokens)
                 for n, o in arms for s in seeds if (n, s) not in done}
         runs = [done[(n, s)] if (n, s) in done else jobs[(n, s)].result() for n, _ in arms for s in seeds]
     table = {}
@@ -228,6 +252,12 @@ def main(argv: list[str] | None = None) -> dict:
             row[f"{key}_floor"] = sum(r["frozen"][when]["floor_worst"] for r in rs) / len(rs)
             row[f"{key}_ratio_to_floor"] = sum(r["frozen"][when]["ratio_to_floor"] for r in rs) / len(rs)
         row["router_warnings"] = sum(r["router_warnings"] for r in rs)
+        if args.calibrate and len(calibration_tokens) > 1:
+            for n in calibration_tokens:
+                figs = [r["frozen"]["after_by_tokens"][str(n)] for r in rs]
+                row[f"calibrated_{n}_maxvio"] = sum(f["maxvio_worst"] for f in figs) / len(figs)
+                row[f"calibrated_{n}_ratio_to_floor"] = sum(f["ratio_to_floor"] for f in figs) / len(figs)
+                row[f"calibrated_{n}_maxvio_range"] = [min(f["maxvio_worst"] for f in figs), max(f["maxvio_worst"] for f in figs)]
         row.update(_spread(rs, args.calibrate))
         row["overrides"] = dict(arms)[name]
         row["runs"] = rs
@@ -249,7 +279,11 @@ def main(argv: list[str] | None = None) -> dict:
         if not row["equal_eval_loss"]:
             line += f"  (eval loss {row['eval_loss'] - table[baseline]['eval_loss']:+.3f} vs {baseline})"
         print(line)
-    result = {"recipe": args.recipe, "steps": steps, "seeds": args.seeds, "first_seed": args.first_seed, "frozen_tokens": FROZEN_TOKENS,
+        if args.calibrate and len(calibration_tokens) > 1:
+            print(" " * 26 + "calibrated on " + ", ".join(
+                f"{n:,} tokens: {row[f'calibrated_{n}_maxvio']:.3f} ({row[f'calibrated_{n}_ratio_to_floor']:.2f}x floor)"
+                for n in calibration_tokens) + f", all judged after {max(calibration_tokens):,}")
+    result = {"recipe": args.recipe, "calibration_tokens": list(calibration_tokens) if args.calibrate else None, "steps": steps, "seeds": args.seeds, "first_seed": args.first_seed, "frozen_tokens": FROZEN_TOKENS,
               "ranked_by": rank_by, "ranking": order, "baseline": baseline, "equal_eval_loss": EQUAL_LOSS,
               "arms": table, "commit": tree_commit(), "reused_from": [str(p) for p in args.reuse], "machine": {"cpu": cpu_and_flags()[0], "cores": os.cpu_count(),
                                                                   "threads_per_run": 1, "workers": args.workers},

@@ -137,25 +137,30 @@ def frozen_report(model, cfg: ExperimentConfig, position: dict, tokens: int, ski
 
 
 def calibrate_checkpoint(path: str | Path, tokens: int = DEFAULT_TOKENS, eval_tokens: int = DEFAULT_TOKENS,
-                         out: str | Path | None = None, held_out: bool = True, min_tokens: int = MIN_TOKENS) -> dict:
+                         out: str | Path | None = None, held_out: bool = True, min_tokens: int = MIN_TOKENS,
+                         eval_after: int | None = None) -> dict:
     """Calibrate a checkpoint's eval-time bias on `tokens` training-stream tokens after its position and
     write the new checkpoint as the run folder `out` (default `<run>/calibrated`: its config.yaml and
-    checkpoints/); returns the record, with the
-    frozen figures before and after on the `eval_tokens` that follow the calibration tokens."""
+    checkpoints/); returns the record, with the frozen figures before and after on the `eval_tokens`
+    that follow the first `eval_after` tokens (default: the calibration tokens; a larger value lets
+    calibrations on different sample sizes be judged on the same tokens)."""
     if tokens < min_tokens:
         raise ValueError(f"--tokens {tokens}: below {min_tokens} the calibrated bias fits the sample, not the mixture")
+    eval_after = tokens if eval_after is None else eval_after
+    if eval_after < tokens:
+        raise ValueError(f"eval_after {eval_after} < tokens {tokens}: the judged tokens would include calibration tokens")
     cfg, model, optimizer, meta, run = load_checkpoint(path)
     cfg = with_parquet_documents(cfg)
     if cfg.model.moe.balance.eval_bias != "average":
         raise ValueError(f"{run / 'config.yaml'}: model.moe.balance.eval_bias is {cfg.model.moe.balance.eval_bias!r}; the "
                          "calibrated bias is the eval-time bias, which only eval_bias=average routes with")
     position = meta["data"]
-    before = frozen_report(model, cfg, position, eval_tokens, skip_tokens=tokens, held_out=held_out)
+    before = frozen_report(model, cfg, position, eval_tokens, skip_tokens=eval_after, held_out=held_out)
     layers = calibrate_biases(model, training_stream(cfg, position, tokens), eos_id(cfg))
-    after = frozen_report(model, cfg, position, eval_tokens, skip_tokens=tokens, held_out=held_out)
+    after = frozen_report(model, cfg, position, eval_tokens, skip_tokens=eval_after, held_out=held_out)
     record = {"data": {"stream": "train", "after_loader_state": position, "tokens": tokens,
                        "sources": sorted(cfg.mixture.rates) or None},
-              "eval_tokens": eval_tokens, "layers": layers, "before": before, "after": after}
+              "eval_tokens": eval_tokens, "eval_after": eval_after, "layers": layers, "before": before, "after": after}
     saved_meta = {k: v for k, v in meta.items() if k != "step"} | {"router_calibration": record}
     out = Path(out) if out else run / "calibrated"
     out.mkdir(parents=True, exist_ok=True)

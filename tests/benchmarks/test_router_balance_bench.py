@@ -52,3 +52,17 @@ def test_reuse_takes_only_runs_made_the_same_way(tmp_path) -> None:
     assert list(got) == [("recipe", 0)] and got[("recipe", 0)]["commit"] == "abc1234"
     assert set(reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=False)) == {("recipe", 0), ("recipe", 1)}
     assert reusable_runs(path, "configs/tiny.yaml", 100, [("recipe", [])], calibrate=False) == {}
+    # calibrated on other sample sizes: not the same run (an old file without the field calibrated on 131,072)
+    assert reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=True,
+                         calibration_tokens=(131072, 262144)) == {}
+    assert list(reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=True,
+                              calibration_tokens=(131072,))) == [("recipe", 0)]
+
+
+@pytest.mark.parametrize("sizes", ["131072,131072", "lots", ""])
+def test_calibration_sizes_that_cannot_be_compared_are_refused(sizes) -> None:
+    from benchmarks.router_balance import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--calibrate", "--calibration-tokens", sizes])
+    assert exc.value.code == 2

@@ -111,6 +111,18 @@ def test_the_held_out_stream_is_read_once_however_many_tokens_are_asked_for(trai
     assert fewer.inputs_NT.shape[0] == 2 and torch.equal(fewer.inputs_NT, once.inputs_NT[:2])
 
 
+def test_calibrations_on_different_sample_sizes_can_be_judged_on_the_same_tokens(trained, tmp_path):
+    """`eval_after` moves the judged tokens past a larger sample; it may never reach back into the calibration's."""
+    result = calibrate_checkpoint(trained, tokens=2048, eval_tokens=1024, out=tmp_path / "a", held_out=False, min_tokens=0,
+                                  eval_after=4096)
+    cfg, model, _, meta, _ = load_checkpoint(trained)
+    judged = frozen_report(model, with_parquet_documents(cfg), meta["data"], 1024, skip_tokens=4096, held_out=False)["train"]
+    assert result["eval_after"] == 4096 and result["before"]["train"]["maxvio"] == judged["maxvio"]
+    with pytest.raises(ValueError, match="include calibration tokens"):
+        calibrate_checkpoint(trained, tokens=4096, eval_tokens=1024, out=tmp_path / "b", held_out=False, min_tokens=0,
+                             eval_after=2048)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # six training steps, then three layer passes over 65,536 tokens
 def test_calibrate_at_end_leaves_the_calibrated_bias_and_its_record_in_the_final_checkpoint(tmp_path, doc_globs):
