@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
     @router.command("frozen")
     def frozen(
         ckpt: str = CKPT_ARG,
-        tokens: int = typer.Option(131072, "--tokens", min=1024, help="Unseen tokens of each stream to route."),
+        tokens: int = typer.Option(131072, "--tokens", min=1024, help="Unseen tokens of each stream to route (the held-out split is read once: at most all of it)."),
         held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="Also route the held-out documents."),
     ) -> None:
         """MaxVio of the frozen model (worst layer and per layer) over the training stream after the
