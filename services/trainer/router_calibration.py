@@ -98,15 +98,18 @@ def training_stream(cfg: ExperimentConfig, position: dict, n_tokens: int, skip_t
 
 
 def held_out_stream(cfg: ExperimentConfig, n_tokens: int) -> Sequences | None:
-    """The first `n_tokens` of the held-out documents, read once: a split smaller than `n_tokens`
-    gives what it holds. Repeating it would count the same documents twice, and the floor's
-    bootstrap, which resamples documents as independent, would read too low. None without
-    held-out documents."""
+    """The first `n_tokens` of the held-out documents, at most one pass over them: a split smaller
+    than `n_tokens` gives the sequences its sources hold. Repeating it would count the same
+    documents twice, and the floor's bootstrap, which resamples documents as independent, would
+    read too low. The stream is capped rather than opened with `on_exhausted: stop`, which refuses
+    a split with any source shorter than one sequence (the demo's held-out split has one). None
+    without held-out documents."""
     held = eval_config(cfg)
     if held is None:
         return None
-    once = held.model_copy(update={"mixture": held.mixture.model_copy(update={"on_exhausted": "stop"})})
-    return _take(make_loader(once), n_tokens, cfg.train.seq_len)
+    loader = make_loader(held)
+    one_pass = sum(loader.mixture.capacities) * cfg.train.seq_len
+    return _take(loader, min(n_tokens, one_pass), cfg.train.seq_len)
 
 
 def eos_id(cfg: ExperimentConfig) -> int:

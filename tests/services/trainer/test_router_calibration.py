@@ -123,6 +123,22 @@ def test_calibrations_on_different_sample_sizes_can_be_judged_on_the_same_tokens
                              eval_after=2048)
 
 
+def test_a_held_out_source_shorter_than_one_sequence_does_not_stop_the_held_out_stream(trained, tmp_path):
+    """The demo's held-out split has such a source; the one-pass cap must not refuse the split."""
+    from services.trainer.data import prepare_shards
+    from tests.services.trainer.conftest import write_docs
+
+    cfg, _, _, _, _ = load_checkpoint(trained)
+    cfg = with_parquet_documents(cfg)
+    tiny = write_docs(tmp_path / "tiny", ["A few words."], "tiny")
+    mix = cfg.mixture.model_copy(update={"eval_documents": [*cfg.mixture.eval_documents, tiny],
+                                         "shard_dir": str(tmp_path / "tokens")})
+    cfg = cfg.model_copy(update={"mixture": mix})
+    prepare_shards(cfg, 0)
+    got = held_out_stream(cfg, 10**6)
+    assert got is not None and 0 < got.inputs_NT.shape[0] < 10**6 // cfg.train.seq_len
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # six training steps, then three layer passes over 65,536 tokens
 def test_calibrate_at_end_leaves_the_calibrated_bias_and_its_record_in_the_final_checkpoint(tmp_path, doc_globs):
