@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="Working folder (default: a temporary one)")
     ap.add_argument("--out", type=Path, default=None, help="Also write the final JSON here")
     args = ap.parse_args(argv)
+    if args.passes < 1:
+        ap.error(f"--passes {args.passes}: at least one pass over the arms")
     seeds = args.seeds or (2 if args.quick else 3)
     steps = args.steps or (6 if args.quick else None)
 

@@ -70,8 +70,8 @@ def load_checkpoint(path: str | Path) -> tuple[ExperimentConfig, torch.nn.Module
 
 
 def _take(loader, n_tokens: int, seq_len: int) -> Sequences | None:
-    """The next `n_tokens` of `loader` as whole sequences; fewer when its stream ends first (a
-    held-out stream read once), None when it holds none."""
+    """The next `n_tokens` of `loader` as whole sequences; fewer when its stream ends first (a mixture
+    with `on_exhausted: stop`), None when it yields none."""
     rows, targets, sources = [], [], []
     for _ in range(math.ceil(n_tokens / seq_len)):
         try:

@@ -128,3 +128,11 @@ def test_a_metric_separates_only_with_an_interval_that_has_a_spread_and_favours_
     assert not separates_for_clean({**lower_better, "sd": 0.0})
     higher_better = {"mean": -0.0103, "sd": 0.002, "excludes_zero": True, "higher_is_better": True}
     assert separates_for_clean(higher_better) and not separates_for_clean({**higher_better, "sd": 0.0})
+
+
+def test_fewer_than_one_pass_is_refused_before_anything_runs():
+    from benchmarks.ablation import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--passes", "0"])
+    assert exc.value.code == 2

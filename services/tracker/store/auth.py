@@ -54,11 +54,11 @@ class TokenStore(StoreBase):
 
     def token_scope(self, token: str) -> str | None:
         """The scope of a known, unrevoked token, else None."""
+        cached = self.cached_token_scope(token)
+        if cached:
+            return cached
         digest = hash_token(token)
         now = time.monotonic()
-        hit = self._scope_cache.get(digest)
-        if hit and hit[0] > now:
-            return hit[1]
         with self.reading() as s:
             row = s.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
             scope = row.scope if row is not None and not row.revoked else None
