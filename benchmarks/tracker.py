@@ -426,6 +426,8 @@ def main() -> None:
             "mlflow_async_points_per_s": round(rate["mlflow_async"]),
             "points_per_request": BATCH_POINTS,
             "rounds": rounds,
+            # each round's rate, in round order: the spread the medians come from
+            "points_per_s_by_round": {name: [round(r["points"] / r["elapsed_s"]) for r in rs] for name, rs in results.items()},
             "query_ms": round(q["cold_ms"], 2),
             "query_warm_ms": round(q["warm_ms"], 2),
             "mlflow_query_ms": round(mq["cold_ms"], 2),

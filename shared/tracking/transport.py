@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# httpx imports its connection layer (httpcore) only when the first client is made; importing it
-# here puts that cost where the caller imports the tracker, not into a run's first flush.
-import httpcore  # noqa: F401
 import httpx
 import orjson
 
+from shared.tracking.direct_http import NO_ANSWER, Answer, DirectClient, environment_names_a_proxy
+
 SERVER_ERROR_ATTEMPTS = 3
+CONNECT_TIMEOUT = 3.0
 TRANSIENT = {429, 502, 503, 504}
 
 
@@ -75,22 +75,29 @@ def encode_body(op: dict[str, Any]) -> bytes | str:
 
 
 class Transport:
-    """One HTTP client to the tracker (made on first use, in the thread that uses it)."""
+    """One HTTP client to the tracker (made on first use, in the thread that uses it): a direct
+    client on httpcore's pool, or httpx's when the environment names a proxy."""
 
     def __init__(self, url: str, token: str | None, timeout: float = 30.0):
         self.headers = {"content-type": "application/json"}
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         self.url, self.timeout = url.rstrip("/"), timeout
-        self.client: httpx.Client | None = None
+        self.client: DirectClient | httpx.Client | None = None
 
-    def _post(self, path: str, content: str) -> httpx.Response:
+    def _new_client(self) -> DirectClient | httpx.Client:
+        if environment_names_a_proxy():
+            return httpx.Client(base_url=self.url, headers=self.headers, verify=tls_context(),
+                                timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT))
+        return DirectClient(self.url, self.headers, self.timeout, CONNECT_TIMEOUT,
+                            tls_context() if self.url.startswith("https:") else None)
+
+    def _post(self, path: str, content: str | bytes) -> Answer | httpx.Response:
         if self.client is None:
-            self.client = httpx.Client(base_url=self.url, headers=self.headers, verify=tls_context(),
-                                       timeout=httpx.Timeout(self.timeout, connect=3.0))
+            self.client = self._new_client()
         try:
             return self.client.post(path, content=content)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, *NO_ANSWER) as exc:
             raise Unreachable(f"{type(exc).__name__}: {exc}") from None
 
     def send(self, op: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import statistics
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,6 @@ def test_tracker_benchmark_quick_prints_ratio_and_query_ms():
     assert result["ratio"] > 0 and result["ratio_async"] > 0 and result["query_ms"] > 0
     assert result["clients"] == 8 and result["series_points"] > 0 and result["points_per_request"] == 1000
     assert result["pages"].get("runs_list_ms", 0) > 0 and result["pages"].get("run_page_ms", 0) > 0
+    by_round = result["points_per_s_by_round"]
+    assert sorted(by_round) == ["mlflow", "mlflow_async", "ours"] and all(len(v) == result["rounds"] for v in by_round.values())
+    assert abs(statistics.median(by_round["ours"]) - result["ingest_points_per_s"]) <= 1
