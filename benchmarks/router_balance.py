@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402  (imports `tokenize`: after the path fix)
 
+from shared.config.model import BalanceConfig  # noqa: E402
 from shared.data.atomic import atomic_write_json  # noqa: E402
 from shared.provenance import cpu_and_flags, tree_commit  # noqa: E402
 
@@ -84,10 +85,12 @@ EQUAL_LOSS = 0.01  # arms within this much of the baseline's mean eval loss are 
 
 
 FROZEN_TOKENS = 131072
+# calibrated as the recipes calibrate at the end of a run, unless --calibration-tokens says otherwise
+CALIBRATION_TOKENS = BalanceConfig.model_fields["calibration_tokens"].default
 
 
 def frozen_router(cfg, tokens: int = FROZEN_TOKENS, calibrate: bool = False,
-                  calibration_tokens: tuple[int, ...] = (FROZEN_TOKENS,)) -> dict:
+                  calibration_tokens: tuple[int, ...] = (CALIBRATION_TOKENS,)) -> dict:
     """The run's final model, frozen, routing the next `tokens` tokens of its training stream (from where
     its last checkpoint left the loader) with its eval-time bias: worst-layer and per-layer MaxVio beside
     the block-bootstrap floor on the same tokens (`moelab router frozen`). With `calibrate`, the bias is
@@ -141,7 +144,7 @@ def paired_with(rs: list[dict], base: list[dict], calibrate: bool) -> dict:
 
 
 def reusable_runs(path: Path, recipe: str, steps: int, arms: list[tuple[str, list[str]]], calibrate: bool,
-                  calibration_tokens: tuple[int, ...] = (FROZEN_TOKENS,)) -> dict:
+                  calibration_tokens: tuple[int, ...] = (CALIBRATION_TOKENS,)) -> dict:
     """{(arm, seed): run} of an earlier result file that this invocation would run identically: the same
     recipe, steps and overrides, and calibrated (on the same sample sizes) when this one calibrates.
     Each reused run keeps the commit it ran on (`commit`), so a merged file says which code made which run."""
@@ -163,7 +166,7 @@ def reusable_runs(path: Path, recipe: str, steps: int, arms: list[tuple[str, lis
 
 
 def run_arm(recipe: str, name: str, overrides: list[str], seed: int, steps: int, out: str, calibrate: bool = False,
-            calibration_tokens: tuple[int, ...] = (FROZEN_TOKENS,)) -> dict:
+            calibration_tokens: tuple[int, ...] = (CALIBRATION_TOKENS,)) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -204,8 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--workers", type=int, default=2, help="arms trained at once (one thread each)")
     p.add_argument("--quick", action="store_true", help="2 arms, 1 seed, 30 steps")
     p.add_argument("--calibrate", action="store_true", help="also calibrate each final model and report it frozen")
-    p.add_argument("--calibration-tokens", default=str(FROZEN_TOKENS),
-                   help="calibration sample sizes, comma-separated (each judged on the same tokens after the largest; "
+    p.add_argument("--calibration-tokens", default=str(CALIBRATION_TOKENS),
+                   help="calibration sample sizes, comma-separated (default: the recipes' model.moe.balance.calibration_tokens) (each judged on the same tokens after the largest; "
                         "the first is the ranked figure)")
     p.add_argument("--reuse", type=Path, action="append", default=[],
                    help="a result file of this benchmark (repeatable): its runs of the same arm (same overrides), seed, recipe and "

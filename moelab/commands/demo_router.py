@@ -32,6 +32,12 @@ def frozen_router_lines(report: dict[str, dict], calibrated_tokens: int, skipped
             lines.append(f"{label}: frozen MaxVio {s['maxvio_worst']:.3f} worst layer, floor {s['floor_worst']:.3f} "
                          f"({s['ratio_to_floor']:.2f}x the floor; target <= {TARGET_RATIO}x), "
                          f"{s['tokens']:,} tokens in {s['documents']:,} documents")
+            if "maxvio_at_reference_mix_worst" in s:
+                missing = s["reference_mix_missing"]
+                lines.append(f"{label} at the training stream's source mix: frozen MaxVio "
+                             f"{s['maxvio_at_reference_mix_worst']:.3f} worst layer (the same documents, their "
+                             "sources reweighted to the training stream's token shares"
+                             + (f"; without {', '.join(missing)}, absent there)" if missing else ")"))
     if not calibrated_tokens:
         lines.append("bias: not calibrated at the end of training (model.moe.balance.calibrate_at_end is off); "
                      "the eval-time bias is the average of the training-time bias")

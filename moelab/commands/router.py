@@ -10,6 +10,10 @@ import json
 
 import typer
 
+from shared.config.model import BalanceConfig
+
+# `moelab router calibrate` solves on as many tokens as a run's end-of-training calibration does
+CALIBRATION_TOKENS = BalanceConfig.model_fields["calibration_tokens"].default
 CKPT_ARG = typer.Argument(..., help="Run folder (its newest checkpoint) or checkpoint folder (with meta.json).")
 
 
@@ -57,7 +61,7 @@ def register(app: typer.Typer) -> None:
     @router.command("calibrate")
     def calibrate(
         ckpt: str = CKPT_ARG,
-        tokens: int = typer.Option(131072, "--tokens", help="Training-stream tokens to re-solve the bias on (>= 65,536)."),
+        tokens: int = typer.Option(CALIBRATION_TOKENS, "--tokens", help="Training-stream tokens to re-solve the bias on (>= 65,536; default: model.moe.balance.calibration_tokens's)."),
         eval_tokens: int = typer.Option(131072, "--eval-tokens", min=1024,
                                         help="Tokens after those, never calibrated on, that judge before and after."),
         out: str = typer.Option(None, "--out", help="Run folder to write (config.yaml + checkpoints/; default: <run>/calibrated)."),

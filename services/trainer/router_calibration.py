@@ -29,6 +29,7 @@ import torch
 from services.trainer.checkpoint import CheckpointManager
 from services.trainer.data import eval_config, with_parquet_documents
 from shared.config import ExperimentConfig, load_config
+from shared.config.model import BalanceConfig
 from shared.data.prepare import make_loader
 from shared.model import MoETransformer
 from shared.model.router_frozen import Sequences, calibrate_biases, frozen_stats, record_routing
@@ -36,7 +37,8 @@ from shared.optim import build_optimizer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOKENS = 131072
+DEFAULT_TOKENS = BalanceConfig.model_fields["calibration_tokens"].default  # what a run calibrates on at its end
+EVAL_TOKENS = 131072  # tokens the frozen figures are judged on, as `moelab router frozen` routes by default
 MIN_TOKENS = 65536
 
 
@@ -130,16 +132,18 @@ def calibration_skip(meta: dict) -> int:
 
 def frozen_report(model, cfg: ExperimentConfig, position: dict, tokens: int, skip_tokens: int = 0,
                   held_out: bool = True) -> dict[str, dict]:
-    """`frozen_stats` on the training stream after `position` (+ `skip_tokens`) and on the held-out set."""
+    """`frozen_stats` on the training stream after `position` (+ `skip_tokens`) and on the held-out set;
+    the held-out set's also at the training stream's source mix, which tells a held-out split that
+    is unbalanced because its sources come in other shares from one whose sources route otherwise."""
     eos = eos_id(cfg)
     out = {"train": frozen_stats(model, record_routing(model, training_stream(cfg, position, tokens, skip_tokens), eos))}
     held = held_out_stream(cfg, tokens) if held_out else None
     if held is not None:
-        out["held_out"] = frozen_stats(model, record_routing(model, held, eos))
+        out["held_out"] = frozen_stats(model, record_routing(model, held, eos), reference_mix=out["train"]["source_mix"])
     return out
 
 
-def calibrate_checkpoint(path: str | Path, tokens: int = DEFAULT_TOKENS, eval_tokens: int = DEFAULT_TOKENS,
+def calibrate_checkpoint(path: str | Path, tokens: int = DEFAULT_TOKENS, eval_tokens: int = EVAL_TOKENS,
                          out: str | Path | None = None, held_out: bool = True, min_tokens: int = MIN_TOKENS,
                          eval_after: int | None = None) -> dict:
     """Calibrate a checkpoint's eval-time bias on `tokens` training-stream tokens after its position and
@@ -178,7 +182,15 @@ def summary_line(name: str, stats: dict) -> str:
     return (f"{name}: frozen MaxVio {stats['maxvio_worst']:.3f} (layers {per_layer}), floor {stats['floor_worst']:.3f} "
             f"({stats['ratio_to_floor']:.2f}x), no bias {stats['maxvio_no_bias_worst']:.3f}, "
             f"bias sensitivity {json.dumps({k: round(v, 3) for k, v in stats['bias_sensitivity'].items()})} per +0.01, "
-            f"{stats['tokens']:,} tokens in {stats['documents']:,} documents")
+            f"{stats['tokens']:,} tokens in {stats['documents']:,} documents{_at_mix(stats)}")
+
+
+def _at_mix(stats: dict) -> str:
+    if "maxvio_at_reference_mix_worst" not in stats:
+        return ""
+    missing = stats["reference_mix_missing"]
+    return (f"; at the training stream's source mix {stats['maxvio_at_reference_mix_worst']:.3f}"
+            + (f" (without {', '.join(missing)}, absent there)" if missing else ""))
 
 
 def _sum_over_ranks(device: torch.device):

@@ -54,8 +54,9 @@ class BalanceConfig(Section):
         "checkpoint; training tensors and optimizer state stay as trained. Needs eval_bias=average.",
     )
     calibration_tokens: int = Field(
-        131072, ge=65536, le=1 << 30, description="Training-stream tokens the end-of-run calibration solves the bias on "
-        "(fewer than 65,536 fit the sample, not the mixture).",
+        262144, ge=65536, le=1 << 30, description="Training-stream tokens the end-of-run calibration solves the bias on "
+        "(fewer than 65,536 fit the sample, not the mixture; on tiny, 262,144 left the frozen router nearer its floor "
+        "than 131,072: docs/moe.md).",
     )
     seq_aux_alpha: float = Field(1e-4, ge=0.0, le=1.0, description="α of DeepSeek-V3's sequence-wise auxiliary loss (0 = off).")
     switch_aux_alpha: float = Field(0.0, ge=0.0, le=1.0, description="Coefficient of the classic Switch-style load-balancing loss.")

@@ -125,31 +125,70 @@ def bias_sensitivity(router: nn.Module, scores_TE: Tensor, bias_E: Tensor, step:
     return sum(changes) / len(changes)
 
 
-def frozen_stats(model: nn.Module, record: RoutingRecord, draws: int = 400, seed: int = 0) -> dict:
+def source_mix(record: RoutingRecord) -> dict[str, float]:
+    """Each source's share of the recorded tokens."""
+    tokens_B = torch.bincount(record.block_T, minlength=len(record.block_sources)).double()
+    out: dict[str, float] = {}
+    for b, source in enumerate(record.block_sources):
+        out[source] = out.get(source, 0.0) + float(tokens_B[b])
+    total = sum(out.values())
+    return {s: n / total for s, n in out.items()}
+
+
+def maxvio_at_mix(loads_BE: Tensor, block_sources: Sequence[str], mix: dict[str, float]) -> float:
+    """MaxVio of the loads these documents would sum to if their sources made up the tokens in the
+    shares `mix` gives: each source's routing shares (its loads over its own assignments) weighted
+    by its share, over the sources present in both (their shares renormalised)."""
+    by_source: dict[str, Tensor] = {}
+    for b, source in enumerate(block_sources):
+        by_source[source] = by_source.get(source, 0) + loads_BE[b]
+    common = [s for s in by_source if mix.get(s, 0) > 0 and float(by_source[s].sum()) > 0]
+    if not common:
+        raise ValueError(f"no source of the measured tokens ({sorted(by_source)}) is in the mix ({sorted(mix)})")
+    weight = sum(mix[s] for s in common)
+    load_E = sum(mix[s] / weight * by_source[s] / by_source[s].sum() for s in common)
+    return float(max_violation(load_E))
+
+
+def frozen_stats(model: nn.Module, record: RoutingRecord, draws: int = 400, seed: int = 0,
+                 reference_mix: dict[str, float] | None = None) -> dict:
     """The frozen router's figures on the recorded tokens (layer keys are `layer<i>`):
 
     `maxvio_worst` and `maxvio` (per layer) with the eval-time bias; `floor_worst` and `floor`, the
     block-bootstrap floor of the same figures on the same tokens; `ratio_to_floor` (worst / its
     floor); `maxvio_no_bias` (selection by the scores alone); `bias_sensitivity` (relative load
-    change per +0.01 of an expert's bias, mean over experts); `tokens`, `documents`, `lm_loss`."""
+    change per +0.01 of an expert's bias, mean over experts); `tokens`, `documents`, `lm_loss`;
+    `source_mix` (each source's share of the tokens).
+
+    With `reference_mix` (another stream's `source_mix`), also `maxvio_at_reference_mix` (per layer)
+    and its worst: the same documents' routing with their sources reweighted to that mix. A stream
+    that reads far above its floor but near it at the reference mix is unbalanced by what it is
+    made of, not by how each source routes; `reference_mix_missing` names its sources the
+    reference lacks (left out of that figure)."""
     routers = moe_routers(model)
     n_blocks = len(record.block_sources)
-    maxvio, no_bias, sensitivity, block_loads = {}, {}, {}, []
+    maxvio, no_bias, sensitivity, block_loads, at_mix = {}, {}, {}, [], {}
     for i, scores_TE in record.scores.items():
         router, bias_E = routers[i], _eval_bias(routers[i])
         loads_BE = _block_loads(router, scores_TE, bias_E, record.block_T, n_blocks)
         block_loads.append(loads_BE)
         maxvio[f"layer{i}"] = float(max_violation(loads_BE.sum(0)))
+        if reference_mix is not None:
+            at_mix[f"layer{i}"] = maxvio_at_mix(loads_BE, record.block_sources, reference_mix)
         no_bias[f"layer{i}"] = float(max_violation(_loads(router, scores_TE, torch.zeros_like(bias_E))))
         sensitivity[f"layer{i}"] = bias_sensitivity(router, scores_TE, bias_E)
     source_ids = {s: k for k, s in enumerate(dict.fromkeys(record.block_sources))}
     floor = block_bootstrap_floor(torch.stack(block_loads), [source_ids[s] for s in record.block_sources],
                                   draws=draws, seed=seed)
     worst = max(maxvio.values())
+    mix_figures = {} if reference_mix is None else {
+        "maxvio_at_reference_mix": at_mix, "maxvio_at_reference_mix_worst": max(at_mix.values()),
+        "reference_mix_missing": sorted(set(record.block_sources) - {s for s, w in reference_mix.items() if w > 0})}
     return {"tokens": int(record.block_T.numel()), "documents": n_blocks, "lm_loss": record.lm_loss,
             "maxvio_worst": worst, "floor_worst": floor["worst"], "ratio_to_floor": worst / max(floor["worst"], 1e-12),
             "maxvio": maxvio, "floor": dict(zip(maxvio, floor["per_layer"], strict=True)),
-            "maxvio_no_bias": no_bias, "maxvio_no_bias_worst": max(no_bias.values()), "bias_sensitivity": sensitivity}
+            "maxvio_no_bias": no_bias, "maxvio_no_bias_worst": max(no_bias.values()), "bias_sensitivity": sensitivity,
+            "source_mix": source_mix(record), **mix_figures}
 
 
 Reduce = Callable[[Tensor], Tensor]

@@ -48,7 +48,8 @@ def test_reuse_takes_only_runs_made_the_same_way(tmp_path) -> None:
                     "window": {"overrides": ["x=1"], "runs": [run(0)]}}}
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
-    got = reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", []), ("window", ["x=2"])], calibrate=True)
+    got = reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", []), ("window", ["x=2"])], calibrate=True,
+                        calibration_tokens=(131072,))
     assert list(got) == [("recipe", 0)] and got[("recipe", 0)]["commit"] == "abc1234"
     assert set(reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=False)) == {("recipe", 0), ("recipe", 1)}
     assert reusable_runs(path, "configs/tiny.yaml", 100, [("recipe", [])], calibrate=False) == {}
@@ -57,6 +58,8 @@ def test_reuse_takes_only_runs_made_the_same_way(tmp_path) -> None:
                          calibration_tokens=(131072, 262144)) == {}
     assert list(reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=True,
                               calibration_tokens=(131072,))) == [("recipe", 0)]
+    # the default calibrates as the recipes do (262,144 tokens), so a 131,072-token file is not reused
+    assert reusable_runs(path, "configs/tiny.yaml", 200, [("recipe", [])], calibrate=True) == {}
 
 
 @pytest.mark.parametrize("sizes", ["131072,131072", "lots", ""])

@@ -27,6 +27,15 @@ def test_each_stream_is_printed_beside_its_floor_and_the_target_held_out_first()
     ]
 
 
+def test_the_held_out_split_is_also_read_at_the_training_streams_source_mix():
+    held = {**_stats(0.12, 0.04, 78080, 89), "maxvio_at_reference_mix_worst": 0.05, "reference_mix_missing": ["wiki"]}
+    lines = frozen_router_lines({"train": _stats(0.044, 0.028, 131072, 162), "held_out": held}, 131072, 131072)
+    assert lines[3] == ("held-out at the training stream's source mix: frozen MaxVio 0.050 worst layer (the same "
+                        "documents, their sources reweighted to the training stream's token shares; without wiki, "
+                        "absent there)")
+    assert lines[4].startswith("training stream: frozen MaxVio 0.044")
+
+
 def test_an_uncalibrated_model_says_so_and_a_run_without_held_out_documents_prints_the_training_stream():
     lines = frozen_router_lines({"train": _stats(0.3, 0.05, 2048, 20)}, 0, 0)
     assert lines[2].startswith("training stream: frozen MaxVio 0.300 worst layer, floor 0.050 (6.00x the floor")

@@ -93,9 +93,10 @@ def test_router_frozen_skips_nothing_on_an_uncalibrated_checkpoint(trained):
 def test_the_demo_prints_both_streams_of_a_calibrated_run_past_its_calibration_tokens(trained, tmp_path):
     calibrate_checkpoint(trained, tokens=4096, eval_tokens=1024, out=tmp_path / "cal", held_out=False, min_tokens=0)
     lines = measure_frozen_router(tmp_path / "cal", tokens=1024)
-    assert [line.split(":")[0] for line in lines[2:]] == ["held-out", "training stream", "bias"], lines
-    assert "1,024 tokens in" in lines[2] and "1,024 tokens in" in lines[3]
-    assert lines[4].startswith("bias: calibrated at the end of training on 4,096") and "after them" in lines[4]
+    assert [line.split(":")[0] for line in lines[2:]] == [
+        "held-out", "held-out at the training stream's source mix", "training stream", "bias"], lines
+    assert "1,024 tokens in" in lines[2] and "1,024 tokens in" in lines[4]
+    assert lines[5].startswith("bias: calibrated at the end of training on 4,096") and "after them" in lines[5]
 
 
 def test_the_held_out_stream_is_read_once_however_many_tokens_are_asked_for(trained):

@@ -7,7 +7,14 @@ import torch
 
 from shared.config import load_config
 from shared.model import MoETransformer
-from shared.model.router_frozen import Sequences, calibrate_biases, frozen_stats, moe_routers, record_routing
+from shared.model.router_frozen import (
+    Sequences,
+    calibrate_biases,
+    frozen_stats,
+    maxvio_at_mix,
+    moe_routers,
+    record_routing,
+)
 
 EOS = 0
 V = 64
@@ -68,6 +75,30 @@ def test_frozen_stats_report_the_floor_no_bias_figure_and_sensitivity(model_and_
     assert 0 < stats["floor_worst"] < 0.5
     assert stats["ratio_to_floor"] == pytest.approx(stats["maxvio_worst"] / stats["floor_worst"])
     assert all(v > 0 for v in stats["bias_sensitivity"].values())  # raising an expert's bias gives it tokens
+
+
+def test_a_stream_unbalanced_only_by_its_source_shares_is_balanced_at_the_reference_mix():
+    """Source a routes to experts 0-1, source b to 2-3: balanced half and half, not at 3 to 1."""
+    loads_BE = torch.tensor([[30.0, 30, 0, 0], [30, 30, 0, 0], [30, 30, 0, 0], [0, 0, 30, 30]])
+    sources = ["a", "a", "a", "b"]
+    assert maxvio_at_mix(loads_BE, sources, {"a": 0.75, "b": 0.25}) == pytest.approx(0.5)
+    assert maxvio_at_mix(loads_BE, sources, {"a": 0.5, "b": 0.5}) == pytest.approx(0.0)
+    # a source the reference lacks is left out and the rest renormalised: a alone is 2 of 4 experts
+    assert maxvio_at_mix(loads_BE, sources, {"a": 0.2, "c": 0.8}) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="no source of the measured tokens"):
+        maxvio_at_mix(loads_BE, sources, {"c": 1.0})
+
+
+def test_frozen_stats_give_the_source_mix_and_the_figure_at_another_streams_mix(model_and_data):
+    model, _, unseen = model_and_data
+    stats = frozen_stats(model, record_routing(model, unseen, EOS), draws=50, reference_mix={"a": 0.5, "b": 0.5})
+    assert stats["source_mix"] == pytest.approx({"a": 0.5, "b": 0.5})  # every other sequence is b's
+    # at its own mix the reweighted figure is the measured one
+    assert stats["maxvio_at_reference_mix"] == pytest.approx(stats["maxvio"])
+    assert stats["reference_mix_missing"] == []
+    only_a = frozen_stats(model, record_routing(model, unseen, EOS), draws=50, reference_mix={"a": 1.0})
+    assert only_a["reference_mix_missing"] == ["b"]
+    assert only_a["maxvio_at_reference_mix_worst"] != pytest.approx(stats["maxvio_worst"])
 
 
 def test_calibration_changes_only_the_eval_time_bias():
