@@ -92,6 +92,19 @@ def test_a_result_filed_after_a_code_change_but_run_before_it_is_stale_by_the_co
     assert _check(repo, "Our layer runs at 1.83× the peer.\n").failures == []
 
 
+def test_the_train_step_is_not_stale_by_the_frozen_router_measure_but_is_by_the_model(repo):
+    """`train_step` measures shared/model less the frozen-router modules, which it never imports."""
+    (repo / "benchmarks" / "results" / "train_step.native.json").write_text(json.dumps({"ratio": 1.2345}))
+    wrote = _commit(repo, "train-step result", when=1_500)
+    (repo / "shared" / "model" / "router_frozen.py").write_text("y = 1\n")
+    _commit(repo, "frozen-router measure moves on", when=2_000)
+    assert _check(repo, "The step runs at 1.23× the peer.\n").failures == []
+    (repo / "shared" / "model" / "moe.py").write_text("x = 3\n")
+    _commit(repo, "the model moves on", when=3_000)
+    stale = _check(repo, "The step runs at 1.23× the peer.\n")
+    assert len(stale.failures) == 1 and f"(stale: benchmarks/results/train_step.native.json ran on {wrote})" in stale.failures[0]
+
+
 def test_a_stale_folder_marker_covers_the_files_its_commit_wrote_and_no_other(repo):
     rounds = repo / "benchmarks" / "results" / "moe_layer"
     rounds.mkdir()
