@@ -40,6 +40,7 @@ def _config(tmp: Path, *overrides: str):
         "model.vocab_size=512", "train.steps=4", "train.seq_len=64", "train.micro_batch_size=2", "train.grad_accum=1",
         "train.eval_every=4", "train.checkpoint_every=4", "model.max_seq_len=64", "mixture.use_ray=false",
         "data.filter.workers=0",
+        "model.moe.balance.calibration_tokens=65536",  # the smallest calibration: this test is about the stages
     ]
     cfg = load_config(ROOT / "configs" / "demo.yaml", [*base, *overrides])
     return cfg.model_copy(update={"data": cfg.data.model_copy(update={"inputs": [type(cfg.data.inputs[0])(**i) for i in inputs]})})
