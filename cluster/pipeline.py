@@ -36,6 +36,7 @@ from shared.config import ConfigError, ExperimentConfig, load_config, save_resol
 from shared.placement import check_gpu_request, config_gpu_requests, declared_nodes, live_gpu_nodes
 
 EVAL_FRACTION = 0.02
+HELD_OUT_RULE = "byte share per source, hash-order prefix"  # in the stage key: a new rule re-splits
 
 
 def layout(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -140,7 +141,8 @@ def build_stages(cfg: ExperimentConfig) -> list[Stage]:
         Stage("score", _placed(cfg, "scorer.scoring", lambda: run_scoring(cfg, filtered())), j(cfg.scorer.scoring),
               after=("calibrate",),
               outputs=(scorer_out / "scores",)),
-        Stage("tokenize", select_and_tokenize, {"mixture": j(cfg.mixture), "eval_fraction": EVAL_FRACTION},
+        Stage("tokenize", select_and_tokenize, {"mixture": j(cfg.mixture), "eval_fraction": EVAL_FRACTION,
+                                                  "held_out": HELD_OUT_RULE},
               after=("score",), outputs=(root / "kept", Path(cfg.mixture.shard_dir),
                                          Path(cfg.mixture.shard_dir + "-eval"), Path(cfg.mixture.tokenizer.out_dir))),
         Stage("train", _placed(cfg, "train", train), {"model": j(cfg.model), "optim": j(cfg.optim), "train": j(cfg.train)},
