@@ -31,6 +31,7 @@ take away, which is why the earlier 120-step budget could not separate the arms.
 
     .venv/bin/python benchmarks/ablation.py            # 3 seeds, one pass over the arms at 2,048 tokens a step
     .venv/bin/python benchmarks/ablation.py --quick    # 2 seeds, 6 steps, tiny model (a smoke test)
+    .venv/bin/python benchmarks/ablation.py --first-seed 3 --seeds 22   # seeds no earlier run was judged on
 
 The last line is one JSON object with bpb_gap (garbage − clean, mean over seeds), bpb_ci_low,
 task_gap (clean − garbage pooled prose accuracy), task_ci_low, seconds, and `passed`; a full run
@@ -192,7 +193,7 @@ def unigram_bpb(tok, train: Path, texts: list[str]) -> float:
     return bits / sum(len(t.encode("utf-8")) for t in texts)
 
 
-def config(root: Path, quick: bool, seeds: int, steps: int | None, passes: int = 1):
+def config(root: Path, quick: bool, seeds: int, steps: int | None, passes: int = 1, first_seed: int = 0):
     """The ablation config and what was measured while making its arms; `steps` None: `passes` passes
     over the smaller arm (whole steps of TOKENS_PER_STEP); at one pass neither arm repeats a token."""
     from shared.config import load_config
@@ -219,7 +220,7 @@ def config(root: Path, quick: bool, seeds: int, steps: int | None, passes: int =
         "name=sanity-ablation", "mixture.documents=[]", "mixture.eval_documents=[]", "mixture.rates={}",
         "train.eval_every=100000", "train.eval_batches=16", "train.checkpoint_every=100000",
         "train.grad_accum=1", f"train.steps={steps}", "tracker.mode=disabled",
-        f"ablation={{baseline: clean, seeds: {seeds}, out_dir: {root / 'out'}, eval_documents: [{files['held']}], "
+        f"ablation={{baseline: clean, seeds: {seeds}, first_seed: {first_seed}, out_dir: {root / 'out'}, eval_documents: [{files['held']}], "
         f"reference_sets: [prose], tokenizer_path: {tok.path}, cpus_per_run: 1, max_epochs: {passes}, "
         f"arms: [{{name: clean, documents: [{files['clean']}]}}, {{name: garbage, documents: [{files['garbage']}]}}]}}",
         *shape,
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds, 6 steps, a smaller model (smoke test)")
     ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="Seeds are first-seed, first-seed + 1, …: a run registered on seeds no earlier run used")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--passes", type=int, default=1,
                     help="Passes over the arms' documents when --steps is not given (each arm may repeat a "
@@ -265,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.passes < 1:
         ap.error(f"--passes {args.passes}: at least one pass over the arms")
+    if args.first_seed < 0:
+        ap.error(f"--first-seed {args.first_seed}: seeds are non-negative")
     seeds = args.seeds or (2 if args.quick else 3)
     steps = args.steps or (6 if args.quick else None)
 
@@ -277,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ablation-bench-") as tmp:
         work = args.work or Path(tmp)
-        cfg, made = config(work, args.quick, seeds, steps, args.passes)
+        cfg, made = config(work, args.quick, seeds, steps, args.passes, args.first_seed)
         if not ray.is_initialized():
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         report = run_ablation(cfg, log=lambda line: print(line, flush=True))
@@ -315,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
               "design": "whole documents replaced in place by garbage documents of the same token length",
               "documents_per_arm": {arm: report["arms"][arm]["documents"]["written"] for arm in ("clean", "garbage")},
               "training_documents_left_out": made["training_documents_left_out"],
-              "seeds": seeds, "steps": made["steps"], "passes": args.passes, "budget_tokens": report["budget_tokens"], "quick": args.quick,
+              "seeds": seeds, "seeds_run": sorted(int(k) for k in report["arms"]["clean"]["runs"]), "steps": made["steps"], "passes": args.passes, "budget_tokens": report["budget_tokens"], "quick": args.quick,
               "verdicts": [*report["verdicts"], *([task["verdict"]] if task else [])],
               "seconds": round(seconds, 1), "passed": passed,
               # `seconds` is wall-clock: read it against the machine's load while it ran

@@ -105,8 +105,9 @@ def test_unigram_bpb_is_the_hand_computed_entropy(tok, tmp_path):
 def test_quick_sanity_ablation_writes_its_verdict_line(tmp_path, capsys):
     from benchmarks.ablation import main
 
-    code = main(["--quick", "--work", str(tmp_path)])
+    code = main(["--quick", "--first-seed", "3", "--work", str(tmp_path)])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["seeds_run"] == [3, 4]  # a registered run's fresh seeds are the ones trained
     assert set(result) >= {"bpb_gap", "bpb_ci_low", "task_gap", "task_ci_low", "seconds", "passed"}
     assert code == (0 if result["passed"] else 1)
     assert result["passed"] == (result["bpb_ci_low"] > 0)
@@ -135,4 +136,7 @@ def test_fewer_than_one_pass_is_refused_before_anything_runs():
 
     with pytest.raises(SystemExit) as exc:
         main(["--passes", "0"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["--first-seed", "-1"])
     assert exc.value.code == 2
