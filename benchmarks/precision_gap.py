@@ -84,7 +84,7 @@ HARSH = {
                         "model.moe.precision.hadamard='off'", "model.moe.precision.nvfp4_grad_stochastic=false",
                         "model.moe.precision.nvfp4_weight_2d=false"],
 }
-TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
+TUNE_GRID = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2, 1.28e-1)
 # The measure every comparison uses: the training loss over the last tenth of the run. Each batch
 # is scored before the model trains on it and 3,000 steps read under one epoch of every source,
 # so this is a held-out loss on the training distribution over ~77k tokens, and runs with one seed
