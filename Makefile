@@ -38,7 +38,7 @@ test-gpu: install
 
 ## wheels a lent GPU machine's CUDA image lacks (it has torch, triton, transformers, pytest; no
 ## registry): pydantic for the config, typer for `moelab doctor`, torchao for the fp8 experts' peer
-## (`precision.backend: torchao`, scripts/gpu/fp8_experts.py); scripts/gpu_checks.sh installs
+## (`precision.backend: torchao`, benchmarks/gpu_fp8_experts.py); scripts/gpu_checks.sh installs
 ## them there from .gpu-wheels/ (docs/gpu-checks.md)
 gpu-wheels: install
 	$(PY) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -47,6 +47,8 @@ WHAT: dict[str, tuple[str, str]] = {
     "ep_overlap": ("the expert all-to-all overlapped with compute vs not, 2 gloo processes", "trainer.md"),
     "gpu_backbone": ("the scorer backbone in bf16 on a GPU (scripts/gpu_checks.sh)", "gpu-checks.md"),
     "gpu_fp8": ("native fp8 vs bf16 tokens/s and loss on a GPU (scripts/gpu_checks.sh)", "gpu-checks.md"),
+    "gpu_fp8_experts": ("fp8 expert GEMMs and SwiGLU fwd+bwd (ours ragged, ours block, torchao) vs bf16, and their "
+                        "memory, on a GPU (scripts/gpu_checks.sh)", "precision.md"),
     "doctor": ("`moelab doctor`: versions and measured matmul, copy and all-reduce peaks", "doctor.md"),
     "gpu_checks": ("every step of scripts/gpu_checks.sh: exit status and seconds", "gpu-checks.md"),
     "gpu_train_step": ("a 1–2B proxy training step in bf16 vs HF on a GPU (scripts/gpu_checks.sh)", "gpu-checks.md"),
@@ -166,6 +168,7 @@ GPU_STEPS: dict[str, tuple[str, str]] = {
     "moe_layer": ("moe_layer", "python benchmarks/moe_layer.py --gpu --repeats 10"),
     "train_step": ("gpu_train_step", "python benchmarks/gpu_train_step.py"),
     "fp8": ("gpu_fp8", "python benchmarks/gpu_fp8.py"),
+    "fp8_experts": ("gpu_fp8_experts", "python benchmarks/gpu_fp8_experts.py"),
     "backbone": ("gpu_backbone", "python benchmarks/gpu_backbone.py"),
     "summary": ("gpu_checks", "bash scripts/gpu_checks.sh"),
 }

@@ -17,7 +17,7 @@
 #   train_step   benchmarks/gpu_train_step.py: 1.6B representative proxy of 7B2A (head 15% of FLOPs),  120
 #                ours vs HF DeepseekV3, fused AdamW, learned and forced-balanced routing, MFU, profile
 #   fp8          benchmarks/gpu_fp8.py: native fp8 vs bf16 tokens/s and loss difference over 50 steps     105
-#   fp8_experts  scripts/gpu/fp8_experts.py: bf16 vs ours (ragged fp8, cached weights) vs torchao fp8 at   120
+#   fp8_experts  benchmarks/gpu_fp8_experts.py: bf16 vs ours (ragged fp8, cached weights) vs torchao fp8 at   120
 #                the proxy-7b2a MoE layer shape: grouped GEMM and expert SwiGLU fwd+bwd, memory per recipe
 #   backbone     benchmarks/gpu_backbone.py: the scorer's backbone in bf16 vs fp32                          45
 #   trainer      scripts/gpu/trainer_run.py: `moelab train --no-ray` on proxy-7b2a-h100 for 6 steps: loss,  150
@@ -80,7 +80,7 @@ step doctor 45 "$PY" -m moelab.cli doctor --json
 step moe_layer 60 "$PY" benchmarks/moe_layer.py --gpu --repeats 10
 step train_step 120 "$PY" benchmarks/gpu_train_step.py --profile "$OUT/profile" --out "$OUT/train_step.json"
 step fp8 105 "$PY" benchmarks/gpu_fp8.py --out "$OUT/fp8.json"
-step fp8_experts 120 "$PY" scripts/gpu/fp8_experts.py --out "$OUT/fp8_experts.json"
+step fp8_experts 120 "$PY" benchmarks/gpu_fp8_experts.py --out "$OUT/fp8_experts.json"
 step backbone 45 "$PY" benchmarks/gpu_backbone.py --out "$OUT/backbone.json"
 step trainer 150 "$PY" scripts/gpu/trainer_run.py --out "$OUT/trainer.json"
 step export 60 "$PY" scripts/gpu/export_run.py --out "$OUT/export.json"

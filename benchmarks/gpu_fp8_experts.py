@@ -22,8 +22,8 @@ the experts' resident bytes (master weights, cached fp8 layouts), the bytes auto
 the backward of one micro-batch (`memory_measure`), the allocator's peak over one micro-batch on
 CUDA, and `memory.py`'s predicted bytes of low-precision weight copies for the recipe.
 
-    python scripts/gpu/fp8_experts.py --out $OUT/fp8_experts.json     # on a GPU (gpu_checks.sh step)
-    python scripts/gpu/fp8_experts.py --device cpu --quick            # CPU smoke: tiny shapes, reference kernel
+    python benchmarks/gpu_fp8_experts.py --out $OUT/fp8_experts.json     # on a GPU (gpu_checks.sh step)
+    python benchmarks/gpu_fp8_experts.py --device cpu --quick            # CPU smoke: tiny shapes, reference kernel
 
 Last line: JSON with `ms_per_step` and `speedup_vs_bf16` per workload and contender, `memory`,
 `paths` (what each contender really ran), `errors`, `commit`, and ours' weight quantisations
@@ -32,15 +32,18 @@ beside the count an uncached path would make.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 from pathlib import Path
 
-import torch
-
-REPO = Path(__file__).resolve().parents[2]
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # benchmarks/tokenize.py shadows stdlib
+REPO = _HERE.parent
 sys.path.insert(0, str(REPO))
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+
+import torch  # noqa: E402
 
 from benchmarks.gpu_common import device_facts, pick_device, time_interleaved, write_result  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""scripts/gpu/fp8_experts.py (the GPU check of fp8 experts) keeps running between GPU sessions: its
+"""benchmarks/gpu_fp8_experts.py (the GPU check of fp8 experts) keeps running between GPU sessions: its
 CPU smoke mode runs every contender the machine has, on the reference kernel, and its JSON carries
 what the GPU run will be read by."""
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_fp8_experts_script_times_and_measures_each_recipe_and_says_what_it_left_out(tmp_path):
     out = tmp_path / "fp8_experts.json"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "scripts/gpu/fp8_experts.py", "--device", "cpu", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_fp8_experts.py", "--device", "cpu", "--quick", "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
