@@ -17,10 +17,13 @@ doc shows (also as a percentage, and in thousands for a `k` suffix); a range `0.
 figures. Where a figure may come from depends on what its text names: a table row or list item that
 names result files (a path or file name, in prose, a code span or a link target) is matched only
 against those files, a folder standing for every file under it; one that names none, against the
-files its paragraph names; a paragraph that names none, against every file. That last, global match
-lets a figure pass by coincidence (a file of hundreds of two-decimal values matches almost any
-two-decimal number), so the run counts the figures that rely on it. A name that is no result file
-(`stats.json` of a user's run, a guide) does not narrow the match.
+files its paragraph names; a paragraph that names none, against the files its section names (the
+text from the heading above it to the next heading), then against the files the doc names. Only a
+doc that names no result file at all leaves its figures matched against every file: that global
+match lets a figure pass by coincidence (a file of hundreds of two-decimal values matches almost
+any two-decimal number, which is how a figure quoted from the wrong run once passed), so the run
+counts the figures that rely on it. A name that is no result file (`stats.json` of a user's run, a
+guide) does not narrow the match.
 
 Honest exceptions are written in the doc, where a reader sees them, never in this script. A
 paragraph (text between blank lines; a table is one paragraph) may carry:
@@ -69,7 +72,7 @@ def checked_docs(root: Path) -> tuple[str, ...]:
             "docs/gpu/README.md"]
     return tuple(d for d in docs if (root / d).is_file() and d not in NOT_CHECKED)
 # Files a figure may come from (globs under the repository root).
-SOURCES = ("benchmarks/results/**/*.json", "docs/gpu/**/*.json", "docs/gpu/**/*.jsonl", "docs/gpu/**/*.log",
+SOURCES = ("benchmarks/results/**/*.json", "benchmarks/results/**/*.jsonl", "docs/gpu/**/*.json", "docs/gpu/**/*.jsonl", "docs/gpu/**/*.log",
            "docs/gpu/**/*.txt", "docs/hparam/**/*.json", "docs/hparam/**/*.txt", "docs/hparam/**/*.md",
            "docs/transcripts/**/*.txt")
 # The code each benchmark's result measures (paths under the root): a result committed before the
@@ -108,9 +111,10 @@ UNCHECKABLE = re.compile(r"\(code not checkable: tree `?([0-9a-f]{7,40})`?\)")
 SOURCE_NOTE = re.compile(r"\(source: [^)]+\)")
 # What a paragraph may name a result file or folder by: a path (with a slash; a folder when it has no
 # file suffix) or a bare file name with a result file's suffix. Names that resolve to no source are ignored.
-NAMED = re.compile(r"(?<![\w.\-/])(?:\.\.?/)*([\w\-][\w.\-]*(?:/[\w.\-]+)+/?|[\w\-][\w.\-]*\.(?:json|jsonl|log|txt))")
+NAMED = re.compile(r"(?<![\w.\-/])(?:\.\.?/)*([\w\-][\w.\-]*(?:/[\w.\-]+)+/?|[\w\-][\w.\-]*\.(?:jsonl|json|log|txt)\b)")
 FILE_SUFFIXES = (".json", ".jsonl", ".log", ".txt", ".md")
 ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
+HEADING = re.compile(r"^#{1,6} ")
 
 
 @dataclass
@@ -366,17 +370,32 @@ def _names(marked: str, path: str) -> bool:
 def check_doc(rel: str, sources: list[Source], root: Path, report: Report) -> None:
     text = (root / rel).read_text(encoding="utf-8")
     check_transcripts(rel, text, root, report)
+    doc_named = named_sources(text, sources)
+    section_named = _section_sources(text, sources)
     for line, para in paragraphs(text):
         stale_marks = STALE.findall(para)
         trees = {t[:7] for t in UNCHECKABLE.findall(para)}
         noted = bool(SOURCE_NOTE.search(para))
-        para_named = named_sources(para, sources)
+        para_named = named_sources(para, sources) or section_named(line) or doc_named
         for offset, unit in _with_offsets(para):
             named = named_sources(unit, sources) or para_named
             for fig in figures_in(unit):
                 report.checked += 1
                 _check_figure(fig, f"{rel}:{line + offset}: {fig.text}", named, sources, stale_marks, trees, noted,
                               root, report)
+
+
+def _section_sources(text: str, sources: list[Source]):
+    """A function from a line number to the sources named in its section (the text from the heading
+    above it to the next heading of any level); empty where the section names none."""
+    lines = text.splitlines()
+    heads = [i for i, ln in enumerate(lines, 1) if HEADING.match(ln)]
+    spans = list(zip([1, *heads], [*heads, len(lines) + 1], strict=True))
+    named = [named_sources("\n".join(lines[a - 1:b - 1]), sources) for a, b in spans]
+
+    def of(line: int) -> list[Source]:
+        return next(n for (a, b), n in zip(spans, named, strict=True) if a <= line < b)
+    return of
 
 
 def _with_offsets(para: str) -> list[tuple[int, str]]:

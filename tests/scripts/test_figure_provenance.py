@@ -187,6 +187,24 @@ def test_a_paragraph_naming_no_file_matches_every_file_and_is_counted(two_files)
     assert report.failures == [] and report.global_matched == 2
 
 
+def test_a_paragraph_naming_no_file_is_matched_against_its_sections_files(two_files):
+    """The section's named file narrows its unnamed paragraphs: 3.08× is in data_filter.json only,
+    so a section that cites the MoE-layer file cannot quote it without naming its file."""
+    doc = ("# Layer\n\nFrom `moe_layer.native.json`:\n\nThe layer runs at 1.83×.\n\n"
+           "# Filter\n\nFrom `data_filter.json`:\n\nThe filter runs at 3.08×.\n")
+    report = _check(two_files, doc)
+    assert report.failures == [] and report.global_matched == 0
+    wrong = _check(two_files, doc.replace("The layer runs at 1.83×.", "The layer runs at 3.08×."))
+    assert len(wrong.failures) == 1 and "README.md:5: 3.08×" in wrong.failures[0]
+    assert "it is in benchmarks/results/data_filter.json" in wrong.failures[0]
+
+
+def test_a_section_naming_no_file_falls_back_to_the_files_the_doc_names(two_files):
+    doc = "# Runs\n\nFrom `moe_layer.native.json`.\n\n## Aside\n\nThe layer runs at {}.\n"
+    assert _check(two_files, doc.format("1.83×")).failures == []
+    assert len(_check(two_files, doc.format("3.08×")).failures) == 1
+
+
 def test_a_table_row_or_list_item_naming_a_file_narrows_its_own_figures(two_files):
     table = ("Both runs (`moe_layer.native.json`):\n"
              "| run | figure |\n|---|---:|\n| layer | 1.83× |\n| filter (`data_filter.json`) | 3.08× |\n")
@@ -207,3 +225,11 @@ def test_a_named_folder_stands_for_every_file_under_it(two_files):
 def test_units_split_table_rows_and_list_items_with_their_continuations():
     block = "Lead text\nstill the lead\n| a | b |\n|---|---|\n- item one\n  goes on\n1. item two"
     assert fp.units(block) == ["Lead text\nstill the lead", "| a | b |", "|---|---|", "- item one\n  goes on", "1. item two"]
+
+
+def test_a_bare_jsonl_name_names_its_file(repo):
+    (repo / "benchmarks" / "results" / "steps.jsonl").write_text('{"loss": 5.5298}\n')
+    (repo / "benchmarks" / "results" / "steps.json").write_text('{"loss": 4.25}\n')
+    _commit(repo, "two results", when=1_200)
+    assert _check(repo, "The loss was 5.5298 (`steps.jsonl`).\n").failures == []
+    assert len(_check(repo, "The loss was 4.25 (`steps.jsonl`).\n").failures) == 1
