@@ -155,10 +155,9 @@ def main() -> None:
     result = {"benchmark": "edit_loss", "sources": rows,
               "hard_wrapped_past_0.5": round(sum(r["past_0.5"] * r["kept"] for r in hard) / sum(r["kept"] for r in hard), 3),
               "web_past_0.5": round(sum(r["past_0.5"] * r["kept"] for r in web) / sum(r["kept"] for r in web), 3)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    from shared.data.atomic import atomic_write_json
+    from benchmarks.result_file import save_result
 
-    atomic_write_json(args.out, result)
+    save_result(args.out, result)  # with the commit, the machine, its threads and load
     print(json.dumps(result))
 
 

@@ -189,8 +189,26 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
             "grad_norm_router": _mean(r["grad_norm_router"] for r in rs),
             "grad_norm_experts": _mean(r["grad_norm_experts"] for r in rs),
             "finite": all(r["finite"] for r in rs), "seeds": len(rs),
+            "loss_by_seed": {str(r["seed"]): r["loss_tail"] for r in rs},
         }
     return arms
+
+
+def paired_gaps(arms: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Each arm's loss minus its bf16 reference's on the same seed (same initialisation, same
+    batches): the main and harsh arms against bf16 of their setting, the ablations against the
+    bf16 recipe. A gap read this way is not blurred by the seed spread the two arms share."""
+    out: dict[str, dict[str, float]] = {}
+    for name, arm in arms.items():
+        mode, setting = name.rsplit("-", 1)
+        if name in ("bf16-recipe", "bf16-no_recipe"):
+            continue
+        ref = arms.get("bf16-recipe" if mode == "bf16" else f"bf16-{setting}")
+        if ref is None:
+            continue
+        out[name] = {seed: round(loss - ref["loss_by_seed"][seed], 5)
+                     for seed, loss in arm["loss_by_seed"].items() if seed in ref["loss_by_seed"]}
+    return out
 
 
 def plot(runs: list[dict], path: Path) -> None:
@@ -367,6 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
         "bf16_seed_spread": table["bf16-recipe"]["seed_spread"], "bf16_seed_spread_no_recipe": table["bf16-no_recipe"]["seed_spread"],
         "bf16_loss": table["bf16-recipe"]["loss"], "bf16_loss_no_recipe": table["bf16-no_recipe"]["loss"],
         "bf16_eval_loss": table["bf16-recipe"]["eval_loss"], "bf16_eval_loss_no_recipe": table["bf16-no_recipe"]["eval_loss"],
+        "paired_gaps_by_seed": paired_gaps(table),
         "harsh_gaps": {n.rsplit("-", 1)[0] + ("" if n.endswith("-recipe") else "_no_recipe"):
                        round(a["loss"] - table["bf16-" + n.rsplit("-", 1)[1]]["loss"], 5)
                        for n, a in table.items() if n.split("-")[0] in HARSH},
@@ -384,11 +403,15 @@ def main(argv: list[str] | None = None) -> dict:
         "command": "benchmarks/precision_gap.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     if out_json is not None:
+        from benchmarks.result_file import save_result
+
         out_json.parent.mkdir(parents=True, exist_ok=True)
         plot(runs, out_json.with_suffix(".png"))
-        tmp_json = out_json.with_suffix(".tmp")
-        tmp_json.write_text(json.dumps(result, indent=1))
-        os.replace(tmp_json, out_json)
+        save_result(out_json, result)  # with the commit, the machine, its threads and load
+    else:
+        from benchmarks.result_file import run_record
+
+        result.update({k: v for k, v in run_record().items() if k not in result})
     print(json.dumps(result))
     return result
 

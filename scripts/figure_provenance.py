@@ -74,14 +74,15 @@ def checked_docs(root: Path) -> tuple[str, ...]:
 SOURCES = ("benchmarks/results/**/*.json", "benchmarks/results/**/*.jsonl", "docs/gpu/**/*.json", "docs/gpu/**/*.jsonl", "docs/gpu/**/*.log",
            "docs/gpu/**/*.txt", "docs/hparam/**/*.json", "docs/hparam/**/*.txt", "docs/hparam/**/*.md",
            "docs/transcripts/**/*.txt")
+# What a training step never imports: the frozen-router measure reads a trained model's routing after training.
+_NOT_THE_STEP = (":(exclude)shared/model/router_frozen.py", ":(exclude)shared/model/router_floor.py")
 # The code each benchmark's result measures (paths under the root): a result committed before the
 # last change to any of them is stale. Matched by the result file's name (its first dotted part,
 # longest benchmark name first) or its folder.
 CODE: dict[str, tuple[str, ...]] = {
     "moe_layer": ("benchmarks/moe_layer.py", "shared/model/moe.py", "shared/model/router.py", "shared/kernels"),
     # the frozen-router measure reads a trained model's routing after training; the step never imports it
-    "train_step": ("benchmarks/train_step.py", "shared/model", "shared/kernels", "shared/optim",
-                   ":(exclude)shared/model/router_frozen.py", ":(exclude)shared/model/router_floor.py"),
+    "train_step": ("benchmarks/train_step.py", "shared/model", "shared/kernels", "shared/optim", *_NOT_THE_STEP),
     "lm_head_loss": ("benchmarks/lm_head_loss.py", "shared/kernels"),
     "attention": ("benchmarks/attention.py", "shared/model/attention"),
     "cpu_attention": ("benchmarks/cpu_attention.py", "shared/model/attention", "shared/kernels"),
@@ -96,7 +97,18 @@ CODE: dict[str, tuple[str, ...]] = {
     "scorer_pairs": ("benchmarks/scorer_pairs.py", "services/scorer"),
     "scorer": ("benchmarks/scorer.py", "services/scorer"),
     "tracker": ("benchmarks/tracker.py", "services/tracker", "shared/tracking"),
-    "router_balance": ("benchmarks/router_balance.py", "shared/model/router.py", "services/trainer/loop.py"),
+    "router_balance": ("benchmarks/router_balance.py", "shared/model/router.py", "shared/model/router_frozen.py",
+                       "shared/model/router_floor.py", "services/trainer/router_calibration.py",
+                       "services/trainer/loop.py"),
+    "router_calibration": ("shared/model/router.py", "shared/model/router_frozen.py", "shared/model/router_floor.py",
+                           "services/trainer/router_calibration.py", "services/trainer/loop.py"),
+    "ablation": ("benchmarks/ablation.py", "cluster/ablation", "shared/eval", "shared/data", "shared/model",
+                 "shared/optim", "services/trainer"),
+    "edit_loss": ("benchmarks/edit_loss.py", "services/data_filter"),
+    # the sweep reports under docs/hparam/ (by folder) and the transcripts under docs/transcripts/ (by name)
+    "hparam": ("services/trainer/hparam", "shared/model", "shared/optim", *_NOT_THE_STEP),
+    "demo": ("moelab", "cluster", "services", "shared", "configs/demo.yaml", "data/demo"),
+    "train-tiny": ("moelab/commands/train.py", "services/trainer", "shared", "configs/tiny.yaml"),
     "precision_gap": ("benchmarks/precision_gap.py", "shared/precision"),
     "precision_report": ("moelab/commands/precision.py", "shared/precision", "shared/plan/memory.py",
                          "configs/proxy-7b2a.yaml", "configs/proxy-16b4a.yaml"),
@@ -265,6 +277,8 @@ def benchmark_of(rel: str) -> str | None:
     parts = Path(rel).parts
     if len(parts) > 3 and parts[:2] == ("benchmarks", "results") and parts[2] in CODE:
         return parts[2]
+    if parts[:2] == ("docs", "hparam"):
+        return "hparam"
     return next((b for b in sorted(CODE, key=len, reverse=True) if name == b or name.startswith(b + "_")), None)
 
 

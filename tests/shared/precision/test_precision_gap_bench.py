@@ -33,10 +33,12 @@ def test_a_rerun_reuses_finished_runs_and_gives_the_same_figures(tmp_path):
     assert stored["loss_tail"] == pytest.approx(sum(tail) / len(tail))
     assert first["arms"]["bf16-recipe"]["loss"] == pytest.approx(stored["loss_tail"])
     assert first["fp8_gap"] == pytest.approx(first["arms"]["fp8-recipe"]["loss"] - stored["loss_tail"], abs=1e-5)
+    assert first["paired_gaps_by_seed"]["fp8-recipe"]["0"] == pytest.approx(first["fp8_gap"], abs=1e-5)
+    assert first["commit"] and first["cores"] and "load_average_at_end" in first  # the result names its code and machine
     (tmp_path / "work" / "results" / "fp8-recipe-s0.json").unlink()  # as if interrupted during that run
     second = run_benchmark("precision_gap.py", *args, "--out", str(tmp_path / "b.json"), timeout=900)
     for r in (first, second):
-        for k in ("wall_seconds", "train_seconds", "load_avg_1min", "command"):
+        for k in ("wall_seconds", "train_seconds", "load_avg_1min", "load_average_at_end", "command"):
             r.pop(k)
     assert second == first and first["lr"] == {"recipe": 0.03, "no_recipe": 0.004}
 
@@ -76,3 +78,20 @@ def test_the_tuned_lr_is_the_best_loss_whose_routing_did_not_collapse():
     best, collapsed = pg.pick_lrs(losses, maxvio, ceiling=3.5)
     assert best == {"recipe": 0.016, "no_recipe": 0.008} and collapsed == ["no_recipe"]
     assert pg.collapse_maxvio() == 1.0  # the trainer's router-health line
+
+
+def test_paired_gaps_read_each_arm_against_its_bf16_reference_seed_by_seed():
+    from benchmarks.precision_gap import paired_gaps
+
+    arms = {"bf16-recipe": {"loss_by_seed": {"0": 5.0, "1": 5.2}},
+            "fp8-recipe": {"loss_by_seed": {"0": 5.01, "1": 5.23}},
+            "bf16-no_recipe": {"loss_by_seed": {"0": 4.9, "1": 4.8}},
+            "nvfp4_all_plain-no_recipe": {"loss_by_seed": {"0": 4.95, "1": 4.82}},
+            "bf16-clip": {"loss_by_seed": {"0": 5.1, "1": 5.1}},
+            "fp8-clip": {"loss_by_seed": {"0": 5.12, "1": 5.11}}}
+    gaps = paired_gaps(arms)
+    assert gaps["fp8-recipe"] == pytest.approx({"0": 0.01, "1": 0.03})
+    assert gaps["nvfp4_all_plain-no_recipe"] == pytest.approx({"0": 0.05, "1": 0.02})
+    assert gaps["bf16-clip"] == pytest.approx({"0": 0.1, "1": -0.1})  # an ablation against the recipe
+    assert gaps["fp8-clip"] == pytest.approx({"0": 0.02, "1": 0.01})  # a low format against its own knob's bf16
+    assert "bf16-recipe" not in gaps and "bf16-no_recipe" not in gaps
