@@ -237,3 +237,10 @@ def test_a_bare_jsonl_name_names_its_file(repo):
     _commit(repo, "two results", when=1_200)
     assert _check(repo, "The loss was 5.5298 (`steps.jsonl`).\n").failures == []
     assert len(_check(repo, "The loss was 4.25 (`steps.jsonl`).\n").failures) == 1
+
+
+def test_every_result_file_of_this_repository_is_tied_to_the_code_it_measures():
+    """A result no code is mapped to could never read as stale: every CPU result and transcript
+    names its benchmark's code (GPU runs are tied by the tree they record instead)."""
+    untied = [s.path for s in fp.load_sources(fp.ROOT) if fp.benchmark_of(s.path) is None and not fp._is_gpu(s)]
+    assert untied == [], f"add these to CODE in scripts/figure_provenance.py: {untied}"
