@@ -8,7 +8,8 @@ measured). This check reads each checked doc, finds every *figure* in it, and fa
   the GPU run folders under `docs/gpu/`, sweep folders under `docs/hparam/`, transcripts under
   `docs/transcripts/`): an unproduced figure; or
 - every file it is found in is *stale*: committed before the last commit that changed the code
-  that file measures (`CODE`, by benchmark), and the paragraph does not say so.
+  that file measures (`CODE`, by benchmark), and the paragraph does not say so. A change that
+  leaves the code's syntax trees as they were (docstrings and comments only) does not count.
 
 A figure is a number with a decimal point, or a number followed by `×` or `%` (`0.79×`, `52.0k`,
 `20.4%`, `0.0304`); integers (counts, sizes, config values) and anything in a code span or code
@@ -48,6 +49,7 @@ no file are not checked; the run prints how many such console blocks there are.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import re
@@ -296,7 +298,7 @@ def load_sources(root: Path) -> list[Source]:
                     src.stale_since = _changed_since(root, src.ran_on, CODE[bench])
                 else:
                     code = _last_commit(root, CODE[bench])
-                    if code and code[1] > wrote[1]:
+                    if code and code[1] > wrote[1] and not _same_code(root, wrote[0], CODE[bench]):
                         src.stale_since = code[0]
             out.append(src)
     return out
@@ -323,8 +325,42 @@ def recorded_commit(path: Path, root: Path) -> str | None:
 
 @cache
 def _changed_since(root: Path, commit: str, paths: tuple[str, ...]) -> str | None:
-    """The newest commit after `commit` that touched `paths`, or None when none did."""
-    return _git("log", "-1", "--format=%h", f"{commit}..HEAD", "--", *paths, root=root) or None
+    """The newest commit after `commit` that touched `paths`, or None when none did or when every
+    change since leaves the code as it ran (docstrings and comments only: `_same_code`)."""
+    newest = _git("log", "-1", "--format=%h", f"{commit}..HEAD", "--", *paths, root=root) or None
+    if newest is None or not _same_code(root, commit, paths):
+        return newest
+    return None
+
+
+def _same_code(root: Path, commit: str, paths: tuple[str, ...]) -> bool:
+    """Whether `paths` hold the same code at `commit` as at HEAD, docstrings and comments aside: a
+    Python file compares by its syntax tree without docstrings, any other file byte for byte, and a
+    file added, removed or renamed is a change. So rewording a docstring does not make every result
+    of the code beneath it stale; moving or editing code does."""
+    changed = _git("diff", "--name-status", "--no-renames", commit, "HEAD", "--", *paths, root=root)
+    for line in filter(None, changed.splitlines()):
+        status, _, path = line.partition("\t")
+        if status != "M" or not path.endswith(".py"):
+            return False
+        if _code_tree(_git("show", f"{commit}:{path}", root=root)) != _code_tree(_git("show", f"HEAD:{path}", root=root)):
+            return False
+    return True
+
+
+def _code_tree(source: str) -> str | None:
+    """A Python file's syntax tree with its docstrings removed (comments never reach the tree)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def _is_gpu(src: Source) -> bool:

@@ -244,3 +244,23 @@ def test_every_result_file_of_this_repository_is_tied_to_the_code_it_measures():
     names its benchmark's code (GPU runs are tied by the tree they record instead)."""
     untied = [s.path for s in fp.load_sources(fp.ROOT) if fp.benchmark_of(s.path) is None and not fp._is_gpu(s)]
     assert untied == [], f"add these to CODE in scripts/figure_provenance.py: {untied}"
+
+
+def test_a_docstring_or_comment_change_leaves_a_result_fresh_and_a_code_change_does_not(repo):
+    """Staleness follows the code as it runs: rewording a docstring or a comment of the measured
+    code keeps its results; changing a statement, adding or moving a file, does not."""
+    doc = "Our layer runs at 1.83× the peer (`moe_layer.native.json`).\n"
+    moe = repo / "shared" / "model" / "moe.py"
+    moe.write_text('"""The MoE layer."""\n\nx = 1  # one\n')
+    _commit(repo, "a docstring and a comment", when=2_000)
+    assert _check(repo, doc).failures == []
+    moe.write_text('"""The MoE layer, reworded."""\n\nx = 1  # still one\n')
+    _commit(repo, "reworded", when=2_100)
+    assert _check(repo, doc).failures == []
+    (repo / "shared" / "model" / "router.py").write_text("y = 1\n")
+    _commit(repo, "a new file in the measured code", when=2_200)
+    assert len(_check(repo, doc).failures) == 1
+    (repo / "shared" / "model" / "router.py").unlink()
+    moe.write_text('"""The MoE layer, reworded."""\n\nx = 2\n')
+    _commit(repo, "code moves on", when=2_300)
+    assert len(_check(repo, doc).failures) == 1
